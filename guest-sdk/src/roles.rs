@@ -1,0 +1,128 @@
+//! The traits a plugin implements, one per role.
+//!
+//! Each role's value is built once per instance by `new` from the stage's `config` table and then
+//! reused for every batch that instance serves; it should hold configuration, not results.
+
+use serde::{Serialize, de::DeserializeOwned};
+
+use crate::{Config, Emitter, Event, PluginError, Record, RecordError, Rows};
+
+/// Turns raw source records into events.
+pub trait Parser: Sized + Send + Sync + 'static {
+    fn new(config: &Config) -> Result<Self, PluginError>;
+
+    /// Parses one record into 0..n events via `out`. An error sends the record to the dead-letter
+    /// output (with this reason) and takes back whatever was emitted for it.
+    fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError>;
+
+    #[doc(hidden)]
+    const IMPLEMENTED: bool = true;
+}
+
+/// Filters, maps or flat-maps events.
+pub trait Transformer: Sized + Send + Sync + 'static {
+    fn new(config: &Config) -> Result<Self, PluginError>;
+
+    /// Emits 0..n events for `event` via `out` (emit nothing to filter it out). An error sends
+    /// the event to the dead-letter output.
+    fn transform(&self, event: &Event<'_>, out: &mut Emitter) -> Result<(), RecordError>;
+
+    #[doc(hidden)]
+    const IMPLEMENTED: bool = true;
+}
+
+/// An incremental aggregate. The host owns the accumulators (as the JSON encoding of `Acc`),
+/// stores them in its state store and passes them back in; the plugin keeps none of them.
+pub trait Aggregator: Sized + Send + Sync + 'static {
+    /// The running state of one group (window x key). `Default` is a new, empty accumulator.
+    type Acc: Serialize + DeserializeOwned + Default;
+    /// One result row.
+    type Output: Serialize;
+
+    fn new(config: &Config) -> Result<Self, PluginError>;
+
+    /// Adds one event to the accumulator.
+    fn add(&self, acc: &mut Self::Acc, event: &Event<'_>) -> Result<(), PluginError>;
+
+    /// Folds `other` into `acc` (session windows that grow together, sliding-window panes).
+    fn merge(&self, acc: &mut Self::Acc, other: Self::Acc);
+
+    /// The result row of a group, or `None` for no row.
+    fn finish(&self, acc: &Self::Acc) -> Option<Self::Output>;
+
+    #[doc(hidden)]
+    const IMPLEMENTED: bool = true;
+}
+
+/// A foreachBatch-style sink. The same batch id always carries the same rows, and a batch may
+/// be delivered again after a crash: skip (or overwrite) a batch id already written to be
+/// exactly-once.
+pub trait Sink: Sized + Send + Sync + 'static {
+    fn new(config: &Config) -> Result<Self, PluginError>;
+
+    /// Called on each new instance before its first write.
+    fn open(&self) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    /// Writes, or stages for [`Sink::commit`], the rows of one batch.
+    fn write_batch(&self, batch_id: u64, rows: Rows<'_>) -> Result<(), PluginError>;
+
+    /// Makes a staged batch visible. Must be idempotent.
+    fn commit(&self, _batch_id: u64) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    #[doc(hidden)]
+    const IMPLEMENTED: bool = true;
+}
+
+/// Fills the roles a plugin does not play; calling one answers `unsupported`.
+#[doc(hidden)]
+pub struct Unsupported;
+
+impl Parser for Unsupported {
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Unsupported)
+    }
+    fn parse(&self, _: &Record<'_>, _: &mut Emitter) -> Result<(), RecordError> {
+        Ok(())
+    }
+    const IMPLEMENTED: bool = false;
+}
+
+impl Transformer for Unsupported {
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Unsupported)
+    }
+    fn transform(&self, _: &Event<'_>, _: &mut Emitter) -> Result<(), RecordError> {
+        Ok(())
+    }
+    const IMPLEMENTED: bool = false;
+}
+
+impl Aggregator for Unsupported {
+    type Acc = ();
+    type Output = ();
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Unsupported)
+    }
+    fn add(&self, _: &mut (), _: &Event<'_>) -> Result<(), PluginError> {
+        Ok(())
+    }
+    fn merge(&self, _: &mut (), _: ()) {}
+    fn finish(&self, _: &()) -> Option<()> {
+        None
+    }
+    const IMPLEMENTED: bool = false;
+}
+
+impl Sink for Unsupported {
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Unsupported)
+    }
+    fn write_batch(&self, _: u64, _: Rows<'_>) -> Result<(), PluginError> {
+        Ok(())
+    }
+    const IMPLEMENTED: bool = false;
+}

@@ -1,0 +1,476 @@
+//! Windowed aggregation: accumulate a batch's events into per-(window, key) accumulators held in
+//! the state store, and hand back the windows that the output mode says leave this batch.
+//!
+//! One trait, [`WindowOperator`], carries the lifecycle: `process` a batch against the watermark
+//! in force, then `emit` once the watermark has advanced. Its two implementations are panes
+//! (tumbling and sliding) and sessions. Both group a batch's events by index and call the
+//! aggregator once per batch for all groups, never per event or per window.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::pipeline::OutputMode;
+use crate::plugin::{Aggregator, EventBatch, PluginError};
+use crate::state::{StateError, StateStore, time_from_key, time_key};
+use crate::window::{Interval, Panes, WindowSpec, merge_sessions};
+
+#[derive(Debug, thiserror::Error)]
+pub enum AggregateError {
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("state entry {key:?} is corrupt: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+/// A window's result before `finish`: the accumulator and where it belongs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WindowAcc {
+    pub start: i64,
+    pub end: i64,
+    pub key: Vec<u8>,
+    pub acc: Vec<u8>,
+}
+
+pub trait WindowOperator {
+    /// Accumulates the batch's events. An event is late, and left out, when every window it
+    /// belongs to has ended at or before `watermark - allowed_lateness` (the watermark in force:
+    /// the one the previous batch reached). Returns the indices of late events.
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<u32>, AggregateError>;
+
+    /// The watermark moved from `previous` to `watermark`: returns the windows that leave this
+    /// batch under `mode` (sorted by start, then key), and drops state no window needs anymore.
+    fn emit(
+        &mut self,
+        previous: i64,
+        watermark: i64,
+        mode: OutputMode,
+        agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<WindowAcc>, AggregateError>;
+}
+
+pub fn operator(spec: WindowSpec, allowed_lateness: i64) -> Box<dyn WindowOperator> {
+    match spec {
+        WindowSpec::Panes { size, slide, offset } => Box::new(PaneOperator {
+            panes: Panes { size, slide, offset },
+            lateness: allowed_lateness,
+            changed: Vec::new(),
+        }),
+        WindowSpec::Session { gap } => {
+            Box::new(SessionOperator { gap, lateness: allowed_lateness, changed: Vec::new() })
+        }
+    }
+}
+
+fn key_of(events: &EventBatch, i: usize) -> &[u8] {
+    let start = if i == 0 { 0 } else { events.key_ends[i - 1] as usize };
+    &events.keys[start..events.key_ends[i] as usize]
+}
+
+/// Lays out `members`/`group_ends` for `accumulate` from each event's group (`u32::MAX`: none).
+fn group_members(event_group: &[u32], groups: usize) -> (Vec<u32>, Vec<u32>) {
+    let mut ends = vec![0u32; groups];
+    for &g in event_group.iter().filter(|&&g| g != u32::MAX) {
+        ends[g as usize] += 1;
+    }
+    let mut acc = 0;
+    for e in ends.iter_mut() {
+        acc += *e;
+        *e = acc;
+    }
+    let mut next: Vec<u32> = std::iter::once(0).chain(ends.iter().copied()).take(groups).collect();
+    let mut members = vec![0u32; acc as usize];
+    for (i, &g) in event_group.iter().enumerate() {
+        if g != u32::MAX {
+            members[next[g as usize] as usize] = i as u32;
+            next[g as usize] += 1;
+        }
+    }
+    (members, ends)
+}
+
+/// The window bound a watermark implies: windows ending at or before it are final.
+fn bound(watermark: i64, lateness: i64) -> i64 {
+    watermark.saturating_sub(lateness)
+}
+
+// ---- panes: tumbling and sliding ----
+
+struct PaneOperator {
+    panes: Panes,
+    lateness: i64,
+    /// (pane, key) changed in the current batch, for update mode.
+    changed: Vec<(i64, Vec<u8>)>,
+}
+
+fn pane_key(pane: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + key.len());
+    k.push(b'p');
+    k.extend_from_slice(&time_key(pane));
+    k.extend_from_slice(key);
+    k
+}
+
+fn split_pane_key(k: &[u8]) -> (i64, &[u8]) {
+    (time_from_key(&k[1..9]), &k[9..])
+}
+
+impl WindowOperator for PaneOperator {
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<u32>, AggregateError> {
+        let closed_before = bound(watermark, self.lateness);
+        let mut late = Vec::new();
+        let mut index: HashMap<(i64, &[u8]), u32> = HashMap::new();
+        let mut groups: Vec<(i64, &[u8])> = Vec::new();
+        let mut event_group = Vec::with_capacity(events.times.len());
+        // Events mostly arrive in time order: remember the last group to skip most lookups.
+        let mut last: Option<(i64, &[u8], u32)> = None;
+        for (i, &t) in events.times.iter().enumerate() {
+            let pane = self.panes.pane_of(t);
+            if self.panes.last_window_end(pane) <= closed_before {
+                late.push(i as u32);
+                event_group.push(u32::MAX);
+                continue;
+            }
+            let key = key_of(events, i);
+            let g = match last {
+                Some((p, k, g)) if p == pane && k == key => g,
+                _ => *index.entry((pane, key)).or_insert_with(|| {
+                    groups.push((pane, key));
+                    groups.len() as u32 - 1
+                }),
+            };
+            last = Some((pane, key, g));
+            event_group.push(g);
+        }
+        if groups.is_empty() {
+            return Ok(late);
+        }
+        let (members, ends) = group_members(&event_group, groups.len());
+        let keys: Vec<Vec<u8>> = groups.iter().map(|&(p, k)| pane_key(p, k)).collect();
+        let accs =
+            keys.iter().map(|k| Ok(state.get(k)?.unwrap_or_default())).collect::<Result<Vec<_>, StateError>>()?;
+        let updated = agg.accumulate(&accs, events, &members, &ends)?;
+        for ((k, acc), &(pane, key)) in keys.into_iter().zip(updated).zip(&groups) {
+            state.put(k, acc);
+            self.changed.push((pane, key.to_vec()));
+        }
+        Ok(late)
+    }
+
+    fn emit(
+        &mut self,
+        previous: i64,
+        watermark: i64,
+        mode: OutputMode,
+        agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<WindowAcc>, AggregateError> {
+        let (was, now) = (bound(previous, self.lateness), bound(watermark, self.lateness));
+        let size = self.panes.size;
+        // Windows to emit, each with the panes it covers that hold state.
+        let mut windows: BTreeMap<(i64, Vec<u8>), Vec<Vec<u8>>> = BTreeMap::new();
+        let changed = std::mem::take(&mut self.changed);
+        let mut wanted: BTreeMap<(i64, Vec<u8>), ()> = BTreeMap::new();
+        match mode {
+            OutputMode::Append => {}
+            OutputMode::Update => {
+                for (pane, key) in &changed {
+                    for s in self.panes.windows_of(*pane) {
+                        if s.saturating_add(size) > was {
+                            wanted.insert((s, key.clone()), ());
+                        }
+                    }
+                }
+            }
+            OutputMode::Complete => {}
+        }
+        // Panes that may matter: append needs panes of windows ending by `now`; the others need
+        // every pane in state.
+        let upper = match mode {
+            OutputMode::Append => time_key(now).to_vec(),
+            _ => vec![0xff; 9],
+        };
+        let mut from = vec![b'p'];
+        from.extend_from_slice(&time_key(i64::MIN));
+        let mut to = vec![b'p'];
+        to.extend_from_slice(&upper);
+        let entries = state.range(&from, &to)?;
+        for (k, acc) in &entries {
+            let (pane, key) = split_pane_key(k);
+            for s in self.panes.windows_of(pane) {
+                let end = s.saturating_add(size);
+                let take = match mode {
+                    OutputMode::Append => end > was && end <= now,
+                    OutputMode::Update => wanted.contains_key(&(s, key.to_vec())),
+                    OutputMode::Complete => end > was,
+                };
+                if take {
+                    windows.entry((s, key.to_vec())).or_default().push(acc.clone());
+                }
+            }
+            if self.panes.last_window_end(pane) <= now {
+                state.delete(k.clone());
+            }
+        }
+        let mut out: Vec<WindowAcc> = Vec::with_capacity(windows.len());
+        if self.panes.one_pane_per_window() {
+            for ((start, key), mut accs) in windows {
+                let acc = accs.pop().unwrap_or_default();
+                out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
+            }
+        } else {
+            let mut flat = Vec::new();
+            let mut ends = Vec::with_capacity(windows.len());
+            for accs in windows.values() {
+                flat.extend(accs.iter().cloned());
+                ends.push(flat.len() as u32);
+            }
+            let merged = if flat.is_empty() { Vec::new() } else { agg.merge(&flat, &ends)? };
+            for (((start, key), _), acc) in windows.into_iter().zip(merged) {
+                out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
+            }
+        }
+        Ok(out)
+    }
+}
+
+// ---- sessions ----
+
+struct SessionOperator {
+    gap: i64,
+    lateness: i64,
+    /// (key, start) of sessions written in the current batch, for update mode.
+    changed: Vec<(Vec<u8>, i64)>,
+}
+
+fn session_prefix(key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(5 + key.len() + 8);
+    k.push(b's');
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+fn session_key(key: &[u8], start: i64) -> Vec<u8> {
+    let mut k = session_prefix(key);
+    k.extend_from_slice(&time_key(start));
+    k
+}
+
+fn end_index_key(end: i64, key: &[u8], start: i64) -> Vec<u8> {
+    let mut k = vec![b'e'];
+    k.extend_from_slice(&time_key(end));
+    k.extend_from_slice(&session_key(key, start)[1..]);
+    k
+}
+
+/// A stored session: its end (8 bytes) then its accumulator.
+fn split_session_value(k: &[u8], v: &[u8]) -> Result<(i64, Vec<u8>), AggregateError> {
+    if v.len() < 8 {
+        return Err(AggregateError::Corrupt { key: String::from_utf8_lossy(k).into(), message: "short value".into() });
+    }
+    Ok((time_from_key(&v[..8]), v[8..].to_vec()))
+}
+
+/// Decodes `s` + len + key + start.
+fn split_session_key(k: &[u8]) -> Result<(Vec<u8>, i64), AggregateError> {
+    let corrupt =
+        || AggregateError::Corrupt { key: String::from_utf8_lossy(k).into(), message: "bad session key".into() };
+    let len = u32::from_be_bytes(k.get(1..5).ok_or_else(corrupt)?.try_into().map_err(|_| corrupt())?) as usize;
+    let key = k.get(5..5 + len).ok_or_else(corrupt)?.to_vec();
+    let start = k.get(5 + len..13 + len).ok_or_else(corrupt)?;
+    Ok((key, time_from_key(start)))
+}
+
+struct Session {
+    start: i64,
+    end: i64,
+    key: Vec<u8>,
+    /// Accumulators of stored sessions this one absorbed.
+    stored: Vec<Vec<u8>>,
+    /// This batch's events.
+    events: Vec<u32>,
+}
+
+impl WindowOperator for SessionOperator {
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<u32>, AggregateError> {
+        let closed_before = bound(watermark, self.lateness);
+        let mut late = Vec::new();
+        let mut by_key: BTreeMap<&[u8], Vec<(i64, u32)>> = BTreeMap::new();
+        for (i, &t) in events.times.iter().enumerate() {
+            if t.saturating_add(self.gap) <= closed_before {
+                late.push(i as u32);
+            } else {
+                by_key.entry(key_of(events, i)).or_default().push((t, i as u32));
+            }
+        }
+        let mut sessions: Vec<Session> = Vec::new();
+        for (key, mut evs) in by_key {
+            evs.sort_unstable();
+            let prefix = session_prefix(key);
+            let mut upper = prefix.clone();
+            upper.extend_from_slice(&[0xff; 8]);
+            let stored = state.range(&prefix, &upper)?;
+            // Intervals: stored sessions first (ids < stored.len()), then one per event.
+            let mut ivs: Vec<Interval> = Vec::with_capacity(stored.len() + evs.len());
+            let mut stored_parts = Vec::with_capacity(stored.len());
+            for (id, (k, v)) in stored.iter().enumerate() {
+                let (_, start) = split_session_key(k)?;
+                let (end, acc) = split_session_value(k, v)?;
+                ivs.push(Interval { start, end, id });
+                stored_parts.push((start, end, acc));
+            }
+            for (j, &(t, _)) in evs.iter().enumerate() {
+                ivs.push(Interval { start: t, end: t.saturating_add(self.gap), id: stored.len() + j });
+            }
+            ivs.sort_by_key(|iv| (iv.start, iv.id));
+            for (start, end, ids) in merge_sessions(&ivs) {
+                let mut s = Session { start, end, key: key.to_vec(), stored: Vec::new(), events: Vec::new() };
+                for id in ids {
+                    if id < stored.len() {
+                        let (st, en, acc) = &stored_parts[id];
+                        state.delete(session_key(key, *st));
+                        state.delete(end_index_key(*en, key, *st));
+                        s.stored.push(acc.clone());
+                    } else {
+                        s.events.push(evs[id - stored.len()].1);
+                    }
+                }
+                if !s.events.is_empty() {
+                    sessions.push(s);
+                } else if let [acc] = s.stored.as_slice() {
+                    // Untouched by this batch: put it back as it was.
+                    put_session(state, &s.key, s.start, s.end, acc);
+                }
+            }
+        }
+        if sessions.is_empty() {
+            return Ok(late);
+        }
+        // Sessions that swallowed several stored ones merge those first, in one call.
+        let mut flat = Vec::new();
+        let mut ends = Vec::new();
+        let mut merging = Vec::new();
+        for (i, s) in sessions.iter().enumerate() {
+            if s.stored.len() > 1 {
+                flat.extend(s.stored.iter().cloned());
+                ends.push(flat.len() as u32);
+                merging.push(i);
+            }
+        }
+        if !merging.is_empty() {
+            for (i, acc) in merging.into_iter().zip(agg.merge(&flat, &ends)?) {
+                sessions[i].stored = vec![acc];
+            }
+        }
+        let accs: Vec<Vec<u8>> = sessions.iter().map(|s| s.stored.first().cloned().unwrap_or_default()).collect();
+        let mut members = Vec::new();
+        let mut group_ends = Vec::with_capacity(sessions.len());
+        for s in &sessions {
+            members.extend_from_slice(&s.events);
+            group_ends.push(members.len() as u32);
+        }
+        let updated = agg.accumulate(&accs, events, &members, &group_ends)?;
+        for (s, acc) in sessions.iter().zip(updated) {
+            put_session(state, &s.key, s.start, s.end, &acc);
+            self.changed.push((s.key.clone(), s.start));
+        }
+        Ok(late)
+    }
+
+    fn emit(
+        &mut self,
+        previous: i64,
+        watermark: i64,
+        mode: OutputMode,
+        _agg: &mut Aggregator,
+        state: &mut StateStore,
+    ) -> Result<Vec<WindowAcc>, AggregateError> {
+        let now = bound(watermark, self.lateness);
+        let _ = previous;
+        let changed = std::mem::take(&mut self.changed);
+        let mut out = Vec::new();
+        // Sessions by end: the final ones are a prefix of the index.
+        let mut upper = vec![b'e'];
+        upper.extend_from_slice(&time_key(now.saturating_add(1)));
+        let index_upper = match mode {
+            OutputMode::Append => upper,
+            _ => vec![b'e', 0xff],
+        };
+        for (k, _) in state.range(b"e", &index_upper)? {
+            let end = time_from_key(&k[1..9]);
+            let mut skey = vec![b's'];
+            skey.extend_from_slice(&k[9..]);
+            let (key, start) = split_session_key(&skey)?;
+            let final_now = end <= now;
+            let take = match mode {
+                OutputMode::Append => final_now,
+                OutputMode::Update => changed.iter().any(|(ck, cs)| *ck == key && *cs == start),
+                OutputMode::Complete => true,
+            };
+            if !take && !final_now {
+                continue;
+            }
+            let Some(v) = state.get(&skey)? else {
+                return Err(AggregateError::Corrupt {
+                    key: String::from_utf8_lossy(&k).into(),
+                    message: "index without session".into(),
+                });
+            };
+            let (_, acc) = split_session_value(&skey, &v)?;
+            if take {
+                out.push(WindowAcc { start, end, key, acc });
+            }
+            if final_now {
+                state.delete(skey);
+                state.delete(k);
+            }
+        }
+        out.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
+        Ok(out)
+    }
+}
+
+fn put_session(state: &mut StateStore, key: &[u8], start: i64, end: i64, acc: &[u8]) {
+    let mut v = time_key(end).to_vec();
+    v.extend_from_slice(acc);
+    state.put(session_key(key, start), v);
+    state.put(end_index_key(end, key, start), Vec::new());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_are_laid_out_group_by_group_in_event_order() {
+        let (members, ends) = group_members(&[1, 0, u32::MAX, 1, 0, 2], 3);
+        assert_eq!(members, vec![1, 4, 0, 3, 5]);
+        assert_eq!(ends, vec![2, 4, 5]);
+    }
+
+    #[test]
+    fn session_keys_round_trip() {
+        let k = session_key(b"user-7", -42);
+        assert_eq!(split_session_key(&k).unwrap(), (b"user-7".to_vec(), -42));
+    }
+}

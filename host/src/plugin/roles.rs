@@ -1,0 +1,167 @@
+//! Typed handles for the four plugin roles. Each wraps a [`Sandbox`] bound to the role's WIT
+//! export and checks what the plugin returns against what the contract promises, so the rest of
+//! the host can trust the shapes it gets back.
+
+use wasmtime::Store;
+use wasmtime::component::{Instance, InstancePre};
+
+use super::Runtime;
+use super::bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
+use super::bindings::weir::plugin::types::{BatchOutput, EventBatch, RawBatch};
+use super::sandbox::{HostState, PluginError, Role, Sandbox, StageSpec, WitError};
+
+macro_rules! role {
+    ($role:ident, $module:ident, $name:literal) => {
+        pub(crate) struct $role;
+        impl Role for $role {
+            const NAME: &'static str = $name;
+            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.1.0");
+            type Indices = $module::GuestIndices;
+            type Guest = $module::Guest;
+            fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices> {
+                $module::GuestIndices::new(pre)
+            }
+            fn load(i: &Self::Indices, store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self::Guest> {
+                i.load(store, instance)
+            }
+            role!(@hook $role);
+        }
+    };
+    (@hook SinkRole) => {
+        fn on_instantiate(guest: &Self::Guest, store: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>> {
+            guest.call_open(store)
+        }
+    };
+    (@hook $other:ident) => {};
+}
+
+role!(ParserRole, parser, "parser");
+role!(TransformerRole, transformer, "transformer");
+role!(AggregatorRole, aggregator, "aggregator");
+role!(SinkRole, sink, "sink");
+
+fn contract(stage: &str, message: String) -> PluginError {
+    PluginError::Contract { stage: stage.to_string(), message }
+}
+
+/// Checks that an event batch's columns agree and that origins point into an input of `inputs`.
+fn check_events(stage: &str, b: &EventBatch, inputs: usize) -> Result<(), PluginError> {
+    let n = b.times.len();
+    if b.key_ends.len() != n || b.row_ends.len() != n || b.origins.len() != n {
+        return Err(contract(stage, "returned event columns of different lengths".into()));
+    }
+    let ends_ok = |ends: &[u32], len: usize| {
+        ends.windows(2).all(|w| w[0] <= w[1]) && ends.last().is_none_or(|&e| e as usize == len)
+    };
+    if !ends_ok(&b.key_ends, b.keys.len()) || !ends_ok(&b.row_ends, b.rows.len()) {
+        return Err(contract(stage, "returned event offsets that do not match their data".into()));
+    }
+    if b.origins.iter().any(|&o| o as usize >= inputs) {
+        return Err(contract(stage, "returned an event whose origin is not an input".into()));
+    }
+    Ok(())
+}
+
+fn check_output(stage: &str, out: &BatchOutput, inputs: usize) -> Result<(), PluginError> {
+    check_events(stage, &out.events, inputs)?;
+    if out.errors.iter().any(|e| e.index as usize >= inputs) {
+        return Err(contract(stage, "reported an error for a record that is not an input".into()));
+    }
+    Ok(())
+}
+
+fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), PluginError> {
+    if got != want {
+        return Err(contract(stage, format!("{what} returned {got} results for {want} groups")));
+    }
+    Ok(())
+}
+
+/// A parser stage.
+pub struct Parser(Sandbox<ParserRole>);
+
+impl Parser {
+    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        Sandbox::new(runtime, spec).map(Self)
+    }
+
+    pub fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
+        let out = self.0.call(|g, s| g.call_parse(s, input))?;
+        check_output(self.0.stage(), &out, input.value_ends.len())?;
+        Ok(out)
+    }
+}
+
+/// A transformer stage.
+pub struct Transformer(Sandbox<TransformerRole>);
+
+impl Transformer {
+    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        Sandbox::new(runtime, spec).map(Self)
+    }
+
+    pub fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
+        let out = self.0.call(|g, s| g.call_transform(s, input))?;
+        check_output(self.0.stage(), &out, input.times.len())?;
+        Ok(out)
+    }
+}
+
+/// An aggregator stage.
+pub struct Aggregator(Sandbox<AggregatorRole>);
+
+impl Aggregator {
+    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        Sandbox::new(runtime, spec).map(Self)
+    }
+
+    pub fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        group_ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        let out = self.0.call(|g, s| g.call_accumulate(s, accs, events, members, group_ends))?;
+        check_count(self.0.stage(), "accumulate", out.len(), accs.len())?;
+        if out.iter().any(Vec::is_empty) {
+            return Err(contract(self.0.stage(), "accumulate returned an empty accumulator".into()));
+        }
+        Ok(out)
+    }
+
+    pub fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        let out = self.0.call(|g, s| g.call_merge(s, accs, group_ends))?;
+        check_count(self.0.stage(), "merge", out.len(), group_ends.len())?;
+        Ok(out)
+    }
+
+    pub fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        let out = self.0.call(|g, s| g.call_finish(s, accs))?;
+        check_count(self.0.stage(), "finish", out.len(), accs.len())?;
+        Ok(out)
+    }
+
+    pub fn stage(&self) -> &str {
+        self.0.stage()
+    }
+}
+
+/// A sink stage.
+pub struct Sink(Sandbox<SinkRole>);
+
+impl Sink {
+    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        Sandbox::new(runtime, spec).map(Self)
+    }
+
+    pub fn write_batch(&mut self, batch_id: u64, rows: &sink::RowBatch) -> Result<(), PluginError> {
+        self.0.call(|g, s| g.call_write_batch(s, batch_id, rows))
+    }
+
+    pub fn commit(&mut self, batch_id: u64) -> Result<(), PluginError> {
+        self.0.call(|g, s| g.call_commit(s, batch_id))
+    }
+}
+
+pub use sink::RowBatch;

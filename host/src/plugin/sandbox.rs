@@ -1,0 +1,274 @@
+//! One plugin stage's sandbox: its `Store`, its live instance, its limits and grants.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use wasmtime::component::{Instance, InstancePre, ResourceTable};
+use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use super::bindings::weir::plugin::{host, types};
+use super::{EPOCH_TICK, Runtime};
+
+/// Everything the host needs to run one plugin stage.
+#[derive(Debug, Clone)]
+pub struct StageSpec {
+    /// `pipeline/stage`, used in every log line and error.
+    pub name: String,
+    pub component: PathBuf,
+    /// The stage's `config` table, as JSON.
+    pub config_json: String,
+    pub dirs: Vec<DirGrant>,
+    pub limits: Limits,
+}
+
+/// A host directory the plugin may see, at `guest` inside the sandbox.
+#[derive(Debug, Clone)]
+pub struct DirGrant {
+    pub host: PathBuf,
+    pub guest: String,
+    pub writable: bool,
+}
+
+/// Per-call limits. Defaults are safe for untrusted code; the pipeline file may change them.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Wall-clock time one call may take before it traps.
+    pub call_timeout: Duration,
+    /// Linear memory the instance may grow to, in bytes.
+    pub max_memory: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self { call_timeout: Duration::from_secs(10), max_memory: 512 << 20 }
+    }
+}
+
+/// Bytes of a plugin's stderr kept to explain a trap (a Rust panic message lands there).
+const STDERR_CAPTURE: usize = 16 << 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum PluginError {
+    #[error("wasm engine: {0}")]
+    Engine(String),
+    #[error("cannot read plugin {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("cannot compile plugin {}: {message}", path.display())]
+    Compile { path: PathBuf, message: String },
+    #[error(
+        "plugin {} is built for weir:plugin@{found}, but this host loads weir:plugin@{supported}; \
+         rebuild it against a matching weir-guest",
+        path.display()
+    )]
+    Version { path: PathBuf, found: String, supported: String },
+    #[error("stage {stage}: plugin {} cannot be a {role}: it does not export {interface}", path.display())]
+    MissingRole { stage: String, path: PathBuf, role: &'static str, interface: &'static str },
+    #[error("stage {stage}: cannot grant directory {}: {message}", host.display())]
+    Grant { stage: String, host: PathBuf, message: String },
+    #[error("stage {stage}: cannot instantiate plugin: {message}")]
+    Instantiate { stage: String, message: String },
+    #[error("stage {stage}: plugin returned an error: {error}")]
+    Failed { stage: String, error: WitError },
+    #[error("stage {stage}: plugin trapped: {message}")]
+    Trap { stage: String, message: String },
+    #[error("stage {stage}: {message}")]
+    Contract { stage: String, message: String },
+}
+
+pub use types::PluginError as WitError;
+
+/// Caps linear memory, and remembers that it refused, so the trap that follows (the guest's
+/// allocator aborts) is reported as the limit it is.
+struct MemoryCap {
+    max: usize,
+    refused: bool,
+}
+
+impl ResourceLimiter for MemoryCap {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        let ok = desired <= self.max;
+        self.refused |= !ok;
+        Ok(ok)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
+        Ok(desired <= 100_000)
+    }
+}
+
+pub(crate) struct HostState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    memory: MemoryCap,
+    stderr: MemoryOutputPipe,
+    spec: Arc<StageSpec>,
+}
+
+impl WasiView for HostState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl host::Host for HostState {
+    fn log(&mut self, level: host::LogLevel, message: String) {
+        let stage = &self.spec.name;
+        match level {
+            host::LogLevel::Trace => tracing::trace!(stage, "{message}"),
+            host::LogLevel::Debug => tracing::debug!(stage, "{message}"),
+            host::LogLevel::Info => tracing::info!(stage, "{message}"),
+            host::LogLevel::Warn => tracing::warn!(stage, "{message}"),
+            host::LogLevel::Error => tracing::error!(stage, "{message}"),
+        }
+    }
+
+    fn config(&mut self) -> String {
+        self.spec.config_json.clone()
+    }
+}
+
+impl types::Host for HostState {}
+
+/// The part of a role's bindings a sandbox needs: where its export lives, and how to load it.
+pub(crate) trait Role {
+    const NAME: &'static str;
+    const INTERFACE: &'static str;
+    type Indices;
+    type Guest;
+    fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices>;
+    fn load(
+        indices: &Self::Indices,
+        store: &mut Store<HostState>,
+        instance: &Instance,
+    ) -> wasmtime::Result<Self::Guest>;
+    /// Runs once on each new instance (a sink's `open`).
+    fn on_instantiate(_guest: &Self::Guest, _store: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>> {
+        Ok(Ok(()))
+    }
+}
+
+pub(crate) struct Sandbox<R: Role> {
+    spec: Arc<StageSpec>,
+    pre: InstancePre<HostState>,
+    indices: R::Indices,
+    live: Option<(Store<HostState>, R::Guest)>,
+    deadline_ticks: u64,
+}
+
+impl<R: Role> Sandbox<R> {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        let component = runtime.load(&spec.component)?;
+        let stage = spec.name.clone();
+        let pre = runtime
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| PluginError::Instantiate { stage: stage.clone(), message: format!("{e:#}") })?;
+        let indices = R::indices(&pre).map_err(|_| PluginError::MissingRole {
+            stage,
+            path: spec.component.clone(),
+            role: R::NAME,
+            interface: R::INTERFACE,
+        })?;
+        let deadline_ticks = (spec.limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        let mut sandbox = Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks };
+        // Instantiate now so a bad grant or a failing `open` shows at start-up, not mid-stream.
+        sandbox.instance()?;
+        Ok(sandbox)
+    }
+
+    pub(crate) fn stage(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn fresh_store(&self) -> Result<Store<HostState>, PluginError> {
+        let spec = &self.spec;
+        let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stderr(stderr.clone());
+        for d in &spec.dirs {
+            let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
+            wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| PluginError::Grant {
+                stage: spec.name.clone(),
+                host: d.host.clone(),
+                message: e.to_string(),
+            })?;
+        }
+        let state = HostState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            memory: MemoryCap { max: spec.limits.max_memory, refused: false },
+            stderr,
+            spec: spec.clone(),
+        };
+        let mut store = Store::new(self.pre.engine(), state);
+        store.limiter(|s| &mut s.memory);
+        Ok(store)
+    }
+
+    fn instance(&mut self) -> Result<(&mut Store<HostState>, &R::Guest), PluginError> {
+        if self.live.is_none() {
+            let mut store = self.fresh_store()?;
+            store.set_epoch_deadline(self.deadline_ticks);
+            let stage = &self.spec.name;
+            let instance = self
+                .pre
+                .instantiate(&mut store)
+                .map_err(|e| PluginError::Instantiate { stage: stage.clone(), message: describe(&e, &store) })?;
+            let guest = R::load(&self.indices, &mut store, &instance)
+                .map_err(|e| PluginError::Instantiate { stage: stage.clone(), message: format!("{e:#}") })?;
+            match R::on_instantiate(&guest, &mut store) {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return Err(PluginError::Failed { stage: stage.clone(), error }),
+                Err(e) => return Err(PluginError::Trap { stage: stage.clone(), message: describe(&e, &store) }),
+            }
+            self.live = Some((store, guest));
+        }
+        let Some((store, guest)) = self.live.as_mut() else { unreachable!("instance was just created") };
+        Ok((store, &*guest))
+    }
+
+    /// Calls into the plugin under its deadline. A trap drops the instance; a plugin-reported
+    /// error leaves it usable.
+    pub(crate) fn call<T>(
+        &mut self,
+        f: impl FnOnce(&R::Guest, &mut Store<HostState>) -> wasmtime::Result<Result<T, WitError>>,
+    ) -> Result<T, PluginError> {
+        let ticks = self.deadline_ticks;
+        let (store, guest) = self.instance()?;
+        store.set_epoch_deadline(ticks);
+        match f(guest, store) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(error)) => Err(PluginError::Failed { stage: self.spec.name.clone(), error }),
+            Err(e) => {
+                let message = describe(&e, store);
+                self.live = None;
+                Err(PluginError::Trap { stage: self.spec.name.clone(), message })
+            }
+        }
+    }
+}
+
+/// A trap, said as the limit it hit where it hit one, with the plugin's last stderr lines.
+fn describe(e: &wasmtime::Error, store: &Store<HostState>) -> String {
+    let state = store.data();
+    let mut msg = match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => {
+            format!("call exceeded its deadline of {:?} (limits.call_timeout)", state.spec.limits.call_timeout)
+        }
+        _ if state.memory.refused => {
+            format!("memory limit of {} MiB reached (limits.max_memory_mb): {e}", state.spec.limits.max_memory >> 20)
+        }
+        _ => format!("{e}"),
+    };
+    let stderr = state.stderr.contents();
+    let stderr = String::from_utf8_lossy(&stderr);
+    let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
+    if !tail.is_empty() {
+        msg.push_str("; plugin stderr: ");
+        msg.push_str(&tail.into_iter().rev().collect::<Vec<_>>().join(" | "));
+    }
+    msg
+}

@@ -1,0 +1,190 @@
+//! Progress of a running pipeline: one record per batch (shaped like Spark's
+//! StreamingQueryProgress, printed as JSON with `--progress-json`), a periodic human line on
+//! long runs, and the totals at the end. All of it goes to stderr; stdout carries only rows.
+
+use std::io::Write;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Durations {
+    pub read_ms: f64,
+    pub parse_ms: f64,
+    pub transform_ms: f64,
+    pub aggregate_ms: f64,
+    pub emit_ms: f64,
+    pub sink_ms: f64,
+    pub commit_ms: f64,
+    pub total_ms: f64,
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BatchProgress {
+    pub batch_id: u64,
+    #[serde(rename = "numInputRows")]
+    pub input_rows: usize,
+    #[serde(rename = "numEvents")]
+    pub events: usize,
+    #[serde(rename = "numDeadLetters")]
+    pub dead_letters: usize,
+    #[serde(rename = "numLateEvents")]
+    pub late_events: usize,
+    #[serde(rename = "numWindowsEmitted")]
+    pub windows_emitted: usize,
+    #[serde(rename = "numRowsOut")]
+    pub rows_out: usize,
+    /// Epoch ms; absent for pipelines without event time.
+    pub watermark: Option<i64>,
+    pub state_keys: u64,
+    #[serde(rename = "durationMs")]
+    pub durations: Durations,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ProgressLine<'a> {
+    name: &'a str,
+    timestamp: String,
+    processed_rows_per_second: f64,
+    watermark_time: Option<String>,
+    #[serde(flatten)]
+    batch: &'a BatchProgress,
+}
+
+/// Totals of a run.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Summary {
+    pub batches: u64,
+    pub input_rows: u64,
+    pub events: u64,
+    pub dead_letters: u64,
+    pub late_events: u64,
+    pub windows_emitted: u64,
+    pub rows_out: u64,
+    pub elapsed_s: f64,
+    pub rows_per_s: f64,
+    pub final_watermark: Option<i64>,
+}
+
+impl Summary {
+    /// The human summary printed at the end of a run.
+    pub fn render(&self) -> String {
+        let wm = self.final_watermark.map_or("none".to_string(), show_time);
+        format!(
+            "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late, {} dead letters; \
+             {} windows emitted, {} rows out; final watermark {wm}",
+            self.input_rows,
+            self.elapsed_s,
+            self.rows_per_s,
+            self.batches,
+            self.events,
+            self.late_events,
+            self.dead_letters,
+            self.windows_emitted,
+            self.rows_out,
+        )
+    }
+}
+
+/// An event time as RFC 3339, or `-inf`/`+inf` for the watermark's extremes.
+pub fn show_time(ms: i64) -> String {
+    match ms {
+        i64::MIN => "-inf".into(),
+        i64::MAX => "+inf (end of input)".into(),
+        ms if ms >= 0 => humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string(),
+        ms => format!("{ms} ms"),
+    }
+}
+
+/// Collects batch reports; prints them as configured.
+pub struct Progress {
+    name: String,
+    json: bool,
+    human_every: Option<Duration>,
+    last_line: Instant,
+    started: Instant,
+    total: Summary,
+}
+
+impl Progress {
+    /// `json`: a JSON line per batch. `human_every`: a progress line at most this often.
+    pub fn new(name: &str, json: bool, human_every: Option<Duration>) -> Self {
+        let now = Instant::now();
+        Self { name: name.into(), json, human_every, last_line: now, started: now, total: Summary::default() }
+    }
+
+    pub fn batch(&mut self, b: &BatchProgress) {
+        let t = &mut self.total;
+        t.batches += 1;
+        t.input_rows += b.input_rows as u64;
+        t.events += b.events as u64;
+        t.dead_letters += b.dead_letters as u64;
+        t.late_events += b.late_events as u64;
+        t.windows_emitted += b.windows_emitted as u64;
+        t.rows_out += b.rows_out as u64;
+        let mut err = std::io::stderr().lock();
+        if self.json {
+            let line = ProgressLine {
+                name: &self.name,
+                timestamp: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                processed_rows_per_second: rate(b.input_rows as u64, b.durations.total_ms / 1e3),
+                watermark_time: b.watermark.map(show_time),
+                batch: b,
+            };
+            if let Ok(s) = serde_json::to_string(&line) {
+                let _ = writeln!(err, "{s}");
+            }
+        }
+        if let Some(every) = self.human_every
+            && self.last_line.elapsed() >= every
+        {
+            self.last_line = Instant::now();
+            let wm = b.watermark.map_or(String::new(), |w| format!(", watermark {}", show_time(w)));
+            let _ = writeln!(
+                err,
+                "[{}] batch {}: {} rows so far, {:.0} rows/s{wm}",
+                self.name,
+                b.batch_id,
+                t.input_rows,
+                rate(t.input_rows, self.started.elapsed().as_secs_f64()),
+            );
+        }
+    }
+
+    pub fn finish(mut self, elapsed: Duration, watermark: Option<i64>) -> Summary {
+        self.total.elapsed_s = elapsed.as_secs_f64();
+        self.total.rows_per_s = rate(self.total.input_rows, self.total.elapsed_s);
+        self.total.final_watermark = watermark;
+        self.total
+    }
+}
+
+fn rate(n: u64, secs: f64) -> f64 {
+    if secs > 0.0 { n as f64 / secs } else { 0.0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_show_as_rfc3339_and_extremes_by_name() {
+        assert_eq!(show_time(1_793_491_200_000), "2026-11-01T00:00:00.000Z");
+        assert_eq!(show_time(i64::MIN), "-inf");
+        assert!(show_time(i64::MAX).starts_with("+inf"));
+    }
+
+    #[test]
+    fn totals_add_up_batches() {
+        let mut p = Progress::new("t", false, None);
+        p.batch(&BatchProgress { input_rows: 10, late_events: 1, ..Default::default() });
+        p.batch(&BatchProgress { input_rows: 5, dead_letters: 2, ..Default::default() });
+        let s = p.finish(Duration::from_secs(1), Some(0));
+        assert_eq!((s.batches, s.input_rows, s.late_events, s.dead_letters), (2, 15, 1, 2));
+        assert_eq!(s.rows_per_s, 15.0);
+    }
+}

@@ -1,0 +1,263 @@
+//! Sources: where raw records come from, and where each one was (its position), so that a batch
+//! can be re-read exactly after a crash and a bad record can be traced to its origin.
+//!
+//! The replay source reads recorded events (docs/recorded-events.md): one record per line,
+//! either the raw value or an envelope object `{"value", "key", "partition", "offset",
+//! "timestamp", "headers"}`. Its position is a byte offset into the file, so resuming is a seek.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::pipeline::ReplayFormat;
+use crate::plugin::{Header, RawBatch};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read {}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+}
+
+/// Where one record came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    pub partition: i32,
+    pub offset: i64,
+    /// 1-based line in the recorded-events file.
+    pub line: u64,
+}
+
+/// A record the source itself could not decode (a broken envelope line).
+#[derive(Debug, Clone)]
+pub struct BadRecord {
+    pub position: Position,
+    pub error: String,
+    pub raw: Vec<u8>,
+}
+
+/// One batch of raw records with their positions.
+#[derive(Debug, Default)]
+pub struct SourceBatch {
+    pub records: RawBatch,
+    pub positions: Vec<Position>,
+    pub bad: Vec<BadRecord>,
+}
+
+impl SourceBatch {
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
+        let r = &mut self.records;
+        r.values.extend_from_slice(value);
+        r.value_ends.push(r.values.len() as u32);
+        r.keys.extend_from_slice(key);
+        r.key_ends.push(r.keys.len() as u32);
+        r.timestamps.push(timestamp);
+        self.positions.push(position);
+    }
+}
+
+pub struct ReplaySource {
+    path: PathBuf,
+    reader: BufReader<File>,
+    format: ReplayFormat,
+    /// Byte offset of the next unread line.
+    pos: u64,
+    /// Lines consumed so far (for 1-based line numbers).
+    line: u64,
+    buf: Vec<u8>,
+}
+
+/// Where a replay stands: saved in every checkpoint.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
+pub struct ReplayPosition {
+    pub byte: u64,
+    pub line: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    value: serde_json::Value,
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    partition: Option<i32>,
+    #[serde(default)]
+    offset: Option<i64>,
+    #[serde(default)]
+    timestamp: Option<i64>,
+    #[serde(default)]
+    headers: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+const ENVELOPE_KEYS: [&str; 6] = ["value", "key", "partition", "offset", "timestamp", "headers"];
+
+impl ReplaySource {
+    pub fn open(path: &Path, format: ReplayFormat, at: ReplayPosition) -> Result<Self, SourceError> {
+        let io = |e| SourceError::Io { path: path.to_path_buf(), source: e };
+        let mut file = File::open(path).map_err(io)?;
+        let format = match format {
+            ReplayFormat::Auto => detect(&mut BufReader::new(&mut file)).map_err(io)?,
+            f => f,
+        };
+        file.seek(SeekFrom::Start(at.byte)).map_err(io)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            reader: BufReader::with_capacity(1 << 20, file),
+            format,
+            pos: at.byte,
+            line: at.line,
+            buf: Vec::with_capacity(256),
+        })
+    }
+
+    pub fn position(&self) -> ReplayPosition {
+        ReplayPosition { byte: self.pos, line: self.line }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Reads up to `max` records; an empty batch means the end of the file.
+    pub fn next_batch(&mut self, max: usize) -> Result<SourceBatch, SourceError> {
+        let mut batch = SourceBatch::default();
+        while batch.len() + batch.bad.len() < max {
+            self.buf.clear();
+            let n = self
+                .reader
+                .read_until(b'\n', &mut self.buf)
+                .map_err(|e| SourceError::Io { path: self.path.clone(), source: e })?;
+            if n == 0 {
+                break;
+            }
+            // A last line without its newline may still be being written: leave it for later.
+            if self.buf.last() != Some(&b'\n') {
+                self.reader
+                    .seek(SeekFrom::Start(self.pos))
+                    .map_err(|e| SourceError::Io { path: self.path.clone(), source: e })?;
+                break;
+            }
+            self.pos += n as u64;
+            self.line += 1;
+            let mut line = &self.buf[..n - 1];
+            if line.last() == Some(&b'\r') {
+                line = &line[..line.len() - 1];
+            }
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            let default_pos = Position { partition: 0, offset: self.line as i64 - 1, line: self.line };
+            match self.format {
+                ReplayFormat::Envelope => match decode_envelope(line, default_pos, batch.len() as u32) {
+                    Ok((value, key, ts, pos, headers)) => {
+                        batch.records.headers.extend(headers);
+                        batch.push(&value, key.as_bytes(), ts, pos);
+                    }
+                    Err(error) => batch.bad.push(BadRecord { position: default_pos, error, raw: line.to_vec() }),
+                },
+                _ => batch.push(line, b"", -1, default_pos),
+            }
+        }
+        Ok(batch)
+    }
+}
+
+type Decoded = (Vec<u8>, String, i64, Position, Vec<Header>);
+
+fn decode_envelope(line: &[u8], default: Position, index: u32) -> Result<Decoded, String> {
+    let e: Envelope = serde_json::from_slice(line).map_err(|e| format!("not a recorded-event envelope: {e}"))?;
+    let value = match e.value {
+        serde_json::Value::String(s) => s.into_bytes(),
+        other => other.to_string().into_bytes(),
+    };
+    let headers = e
+        .headers
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(name, v)| {
+            let value = match v {
+                serde_json::Value::String(s) => s.into_bytes(),
+                other => other.to_string().into_bytes(),
+            };
+            Header { index, name, value }
+        })
+        .collect();
+    let pos = Position {
+        partition: e.partition.unwrap_or(default.partition),
+        offset: e.offset.unwrap_or(default.offset),
+        line: default.line,
+    };
+    Ok((value, e.key.unwrap_or_default(), e.timestamp.unwrap_or(-1), pos, headers))
+}
+
+/// An envelope file's first record is an object with `value` and nothing but envelope keys.
+fn detect(r: &mut impl BufRead) -> std::io::Result<ReplayFormat> {
+    let mut line = Vec::new();
+    while r.read_until(b'\n', &mut line)? > 0 {
+        if line.iter().all(u8::is_ascii_whitespace) {
+            line.clear();
+            continue;
+        }
+        let envelope = match serde_json::from_slice::<serde_json::Value>(&line) {
+            Ok(serde_json::Value::Object(m)) => {
+                m.contains_key("value") && m.keys().all(|k| ENVELOPE_KEYS.contains(&k.as_str()))
+            }
+            _ => false,
+        };
+        return Ok(if envelope { ReplayFormat::Envelope } else { ReplayFormat::Lines });
+    }
+    Ok(ReplayFormat::Lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().unwrap();
+        f.write_all(text.as_bytes()).unwrap();
+        f
+    }
+
+    #[test]
+    fn lines_are_cut_into_batches_and_resume_where_they_stopped() {
+        let f = file("{\"a\":1}\n\n{\"a\":2}\r\n{\"a\":3}\n{\"a\":4");
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        let b = s.next_batch(2).unwrap();
+        assert_eq!(b.records.values, b"{\"a\":1}{\"a\":2}");
+        assert_eq!(b.positions.iter().map(|p| p.line).collect::<Vec<_>>(), vec![1, 3]);
+        let at = s.position();
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, at).unwrap();
+        let b = s.next_batch(10).unwrap();
+        assert_eq!(b.records.values, b"{\"a\":3}");
+        assert_eq!(b.positions[0], Position { partition: 0, offset: 3, line: 4 });
+        // The unterminated last line is not read until it is complete.
+        assert_eq!(s.next_batch(10).unwrap().len(), 0);
+    }
+
+    #[test]
+    fn envelopes_carry_key_partition_offset_timestamp_and_headers() {
+        let f = file(concat!(
+            "{\"value\":\"v1\",\"key\":\"k\",\"partition\":2,\"offset\":40,\"timestamp\":7,\"headers\":{\"h\":\"x\"}}\n",
+            "{\"value\":{\"a\":1}}\n",
+            "{\"valu\":1}\n",
+        ));
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        let b = s.next_batch(10).unwrap();
+        assert_eq!(b.records.values, b"v1{\"a\":1}");
+        assert_eq!(b.records.keys, b"k");
+        assert_eq!(b.records.timestamps, vec![7, -1]);
+        assert_eq!(b.positions[0], Position { partition: 2, offset: 40, line: 1 });
+        assert_eq!(b.records.headers.len(), 1);
+        assert_eq!(b.bad.len(), 1);
+        assert_eq!(b.bad[0].position.line, 3);
+        assert!(b.bad[0].error.contains("envelope"), "{}", b.bad[0].error);
+    }
+}

@@ -1,0 +1,31 @@
+//! Parses order events (`{"order_id":..,"user_id":..,"status":..,"amount":..,"order_ts":..}`),
+//! one JSON object per record. Event time is `order_ts`; the row is the record itself, passed on
+//! unchanged so nothing is re-serialized. With `key_by_user = true` the key is the `user_id`.
+
+use serde::Deserialize;
+use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
+
+struct Orders {
+    key_by_user: bool,
+}
+
+#[derive(Deserialize)]
+struct Order {
+    order_ts: i64,
+    user_id: Option<u64>,
+}
+
+impl Parser for Orders {
+    fn new(config: &Config) -> Result<Self, PluginError> {
+        Ok(Orders { key_by_user: config.get("key_by_user")?.unwrap_or(false) })
+    }
+
+    fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
+        let order: Order = record.json()?;
+        let user = order.user_id.map(|u| u.to_string());
+        let key = if self.key_by_user { user.as_deref().map(str::as_bytes) } else { None };
+        out.emit_json(order.order_ts, key, record.value)
+    }
+}
+
+export_plugin!(parser: Orders);

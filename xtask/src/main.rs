@@ -1,0 +1,135 @@
+//! Project tasks, run as `cargo xtask <task>`:
+//!
+//! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB).
+//! - `build`: the host and every plugin in release mode; components land in `plugins/dist/`,
+//!   where pipeline files find them whatever `CARGO_TARGET_DIR` is.
+//! - `demo`: build, generate order events, run the orders error-rate pipeline, print windows.
+//! - `test`: build, then formatting, lints and every test.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+
+/// Plugins built to components, by crate name.
+const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink"];
+
+fn main() -> Result<()> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("xtask lives in the workspace")?.to_path_buf();
+    std::env::set_current_dir(&root)?;
+    let task = std::env::args().nth(1).unwrap_or_default();
+    match task.as_str() {
+        "setup" => setup(),
+        "build" => setup().and_then(|()| build(&root)),
+        "demo" => setup().and_then(|()| build(&root)).and_then(|()| demo(&root)),
+        "test" => setup().and_then(|()| build(&root)).and_then(|()| test()),
+        _ => bail!("usage: cargo xtask setup|build|demo|test"),
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<()> {
+    eprintln!("$ {cmd:?}");
+    let status = cmd.status().with_context(|| format!("cannot start {cmd:?}"))?;
+    if !status.success() {
+        bail!("{cmd:?} failed: {status}");
+    }
+    Ok(())
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn have(cmd: &str, arg: &str) -> bool {
+    Command::new(cmd).arg(arg).output().is_ok_and(|o| o.status.success())
+}
+
+fn setup() -> Result<()> {
+    let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
+    if !targets.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2")) {
+        run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
+    }
+    // RocksDB's bindings need libclang; compiling it needs a C++ compiler.
+    let libclang = Path::new("/usr/lib/llvm-14/lib/libclang.so").exists()
+        || Command::new("sh")
+            .args(["-c", "ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !libclang || !have("c++", "--version") {
+        let sudo = if have("id", "-u")
+            && String::from_utf8_lossy(&Command::new("id").arg("-u").output()?.stdout).trim() == "0"
+        {
+            vec![]
+        } else {
+            vec!["sudo"]
+        };
+        let apt = |args: &[&str]| {
+            let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
+            if !sudo.is_empty() {
+                c.arg("apt-get");
+            }
+            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
+            run(&mut c)
+        };
+        apt(&["update", "-qq"])?;
+        apt(&["install", "-y", "-qq", "clang", "libclang-dev", "g++"])?;
+    }
+    Ok(())
+}
+
+fn target_dir() -> Result<PathBuf> {
+    let out = cargo().args(["metadata", "--format-version", "1", "--no-deps"]).output()?;
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata")?;
+    Ok(PathBuf::from(meta["target_directory"].as_str().context("cargo metadata has no target_directory")?))
+}
+
+fn build(root: &Path) -> Result<()> {
+    run(cargo().args(["build", "--release", "-p", "weir"]))?;
+    let mut c = cargo();
+    c.args(["build", "--release", "--target", "wasm32-wasip2"]);
+    for p in PLUGINS {
+        c.args(["-p", p]);
+    }
+    run(&mut c)?;
+    let built = target_dir()?.join("wasm32-wasip2").join("release");
+    let dist = root.join("plugins").join("dist");
+    std::fs::create_dir_all(&dist)?;
+    for p in PLUGINS {
+        let file = format!("{}.wasm", p.replace('-', "_"));
+        std::fs::copy(built.join(&file), dist.join(&file)).with_context(|| format!("copying {file}"))?;
+    }
+    eprintln!("components in {}", dist.display());
+    Ok(())
+}
+
+fn weir() -> Result<Command> {
+    Ok(Command::new(target_dir()?.join("release").join("weir")))
+}
+
+fn demo(root: &Path) -> Result<()> {
+    let out = root.join("out");
+    let _ = std::fs::remove_dir_all(out.join("orders-error-rate"));
+    std::fs::create_dir_all(out.join("orders-error-rate").join("windows"))?;
+    run(weir()?.args(["gen", "orders", "200000", "--seed", "7", "--out"]).arg(out.join("orders.jsonl")))?;
+    run(weir()?.args(["run", "plugins/orders-error-rate/pipeline.toml"]))?;
+    let windows = out.join("orders-error-rate").join("windows");
+    let mut files: Vec<_> = std::fs::read_dir(&windows)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    files.sort();
+    println!("windows written by the sink to {}:", windows.display());
+    for f in files.iter().filter(|f| f.extension().is_some_and(|e| e == "jsonl")) {
+        print!("{}", std::fs::read_to_string(f)?);
+    }
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
+    let mut c = cargo();
+    c.args(["clippy", "--release", "--target", "wasm32-wasip2"]);
+    for p in PLUGINS {
+        c.args(["-p", p]);
+    }
+    run(c.args(["--", "-D", "warnings"]))?;
+    run(cargo().args(["test", "--release"]))
+}
