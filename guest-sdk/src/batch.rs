@@ -24,8 +24,11 @@ impl<'a> Record<'a> {
     }
 
     /// The value decoded as JSON into `T` (borrowing strings from the record where `T` does).
+    ///
+    /// The whole value is checked to be UTF-8 first, fields `T` ignores included, so that a
+    /// parser passing the record on as its row never passes on invalid JSON text.
     pub fn json<T: Deserialize<'a>>(&self) -> Result<T, RecordError> {
-        Ok(serde_json::from_slice(self.value)?)
+        Ok(serde_json::from_str(self.text()?)?)
     }
 
     /// The record's headers.

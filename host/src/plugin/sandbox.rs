@@ -160,6 +160,14 @@ pub(crate) struct Sandbox<R: Role> {
 
 impl<R: Role> Sandbox<R> {
     pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        // A writable grant is an output location: create it, as a file sink would its file.
+        for d in spec.dirs.iter().filter(|d| d.writable) {
+            std::fs::create_dir_all(&d.host).map_err(|e| PluginError::Grant {
+                stage: spec.name.clone(),
+                host: d.host.clone(),
+                message: e.to_string(),
+            })?;
+        }
         let component = runtime.load(&spec.component)?;
         let stage = spec.name.clone();
         let pre = runtime

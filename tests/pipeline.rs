@@ -1,0 +1,215 @@
+//! End-to-end: the `weir` binary running real components built from `plugins/` over generated
+//! and hand-made recorded events, compared with a naive reference computed here.
+
+mod common;
+
+use common::*;
+
+#[test]
+fn orders_pipeline_matches_the_reference_for_several_seeds() {
+    for (n, seed) in [(50_000, 1), (230_000, 42)] {
+        let dir = tempfile::tempdir().unwrap();
+        let events = orders(dir.path(), n, seed);
+        let rows = weir_test(&root().join("plugins/orders-error-rate/pipeline.toml"), &events);
+        let (kept, dropped) = kept_orders(&events);
+        assert!(dropped > 0 || n < 100_000, "the workload should have very late events");
+        assert_eq!(windows_of(&rows), sliding_reference(&kept, 60_000, 60_000), "n={n} seed={seed}");
+        for r in &rows {
+            let rate = r["error_rate"].as_f64().unwrap();
+            let want = r["errors"].as_f64().unwrap() / r["count"].as_f64().unwrap();
+            assert!((rate - want).abs() < 1e-12);
+        }
+    }
+}
+
+/// The independent check: `shared/bench/oracle.py` beside the checkout (CI has it). Set
+/// WEIR_SHARED_DIR to point elsewhere.
+#[test]
+fn orders_pipeline_agrees_with_the_shared_oracle() {
+    let shared =
+        std::env::var_os("WEIR_SHARED_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("../shared"));
+    let oracle = shared.join("bench/oracle.py");
+    if !oracle.exists() {
+        eprintln!("SKIPPED: {} not found (set WEIR_SHARED_DIR)", oracle.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 150_000, 9);
+    let rows = weir_test(&root().join("plugins/orders-error-rate/pipeline.toml"), &events);
+    let out = std::process::Command::new("python3").arg(&oracle).arg(&events).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let want: Vec<(i64, u64, u64)> = csv
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    let got: Vec<(i64, u64, u64)> = windows_of(&rows).into_iter().map(|((s, _, _), (c, e))| (s, c, e)).collect();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn sliding_windows_match_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 120_000, 5);
+    let p = pipeline(
+        dir.path(),
+        Spec { window: "type = \"sliding\"\nsize = \"10 minutes\"\nslide = \"1 minute\"", ..Default::default() },
+    );
+    let (kept, _) = kept_orders(&events);
+    assert_eq!(windows_of(&weir_test(&p, &events)), sliding_reference(&kept, 600_000, 60_000));
+}
+
+#[test]
+fn session_windows_per_user_match_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 60_000, 11);
+    let p = pipeline(
+        dir.path(),
+        Spec {
+            window: "type = \"session\"\ngap = \"20 seconds\"",
+            parse_config: "key_by_user = true",
+            ..Default::default()
+        },
+    );
+    let (kept, _) = kept_orders(&events);
+    let got = windows_of(&weir_test(&p, &events));
+    let want = session_reference(&kept, 20_000);
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+}
+
+/// Update and complete modes emit a window more than once; its last emission is the final
+/// result, and a window's count never goes down.
+#[test]
+fn update_and_complete_modes_converge_to_the_final_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 40_000, 3);
+    let (kept, _) = kept_orders(&events);
+    let want = sliding_reference(&kept, 60_000, 60_000);
+    for mode in ["update", "complete"] {
+        let extra = format!("[output]\nmode = \"{mode}\"");
+        let p = pipeline(dir.path(), Spec { window: TUMBLING, extra: &extra, ..Default::default() });
+        let rows = weir_test(&p, &events);
+        let mut last = Windows::new();
+        for r in &rows {
+            let k = (r["window_start"].as_i64().unwrap(), r["window_end"].as_i64().unwrap(), String::new());
+            let v = (r["count"].as_u64().unwrap(), r["errors"].as_u64().unwrap());
+            if let Some(prev) = last.insert(k, v) {
+                assert!(prev.0 <= v.0, "{mode}: count went down");
+            }
+        }
+        assert!(rows.len() > want.len(), "{mode} should emit windows more than once");
+        assert_eq!(last, want, "{mode}");
+    }
+}
+
+#[test]
+fn bad_records_go_to_dead_letters_with_position_and_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut text = Vec::new();
+    text.extend_from_slice(b"{\"order_id\":1,\"user_id\":1,\"status\":\"OK\",\"amount\":1.0,\"order_ts\":1000}\n");
+    text.extend_from_slice(b"this is not json\n");
+    text.extend_from_slice(b"{\"order_id\":2,\"user_id\":1,\"status\":\"OK\"}\n");
+    text.extend_from_slice(b"{\"order_id\":3,\"status\":\"ERROR\",\"order_ts\":\"soon\"}\n");
+    text.extend_from_slice(b"{\"order_id\":4,\"status\":\"\xff\xfe\",\"order_ts\":2000}\n");
+    text.extend_from_slice(b"{\"order_id\":5,\"user_id\":2,\"status\":\"ERROR\",\"amount\":1.0,\"order_ts\":3000}\n");
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(&events, text).unwrap();
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    let dl = dir.path().join("dl.jsonl");
+    let out =
+        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
+    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0]["count"].as_u64(), rows[0]["errors"].as_u64()), (Some(2), Some(1)));
+    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
+    let lines: Vec<u64> = dead.iter().map(|d| d["line"].as_u64().unwrap()).collect();
+    assert_eq!(lines, vec![2, 3, 4, 5]);
+    let kinds: Vec<&str> = dead.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    assert_eq!(kinds, vec!["malformed", "missing-field", "invalid-value", "malformed"]);
+    assert!(dead[1]["error"].as_str().unwrap().contains("order_ts"));
+    assert_eq!(dead[0]["value"], "this is not json");
+    assert!(dead.iter().all(|d| d["stage"] == "parse"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("4 dead letters"));
+}
+
+#[test]
+fn late_events_are_counted_and_written_with_their_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 100_000, 21);
+    let late = dir.path().join("late.jsonl");
+    let watermark = format!("late = \"side-output\"\nlate_path = \"{}\"", late.display());
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, watermark: &watermark, ..Default::default() });
+    let out = ok(weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap());
+    let (_, dropped) = kept_orders(&events);
+    let lines = json_lines(&std::fs::read_to_string(&late).unwrap());
+    assert_eq!(lines.len(), dropped);
+    for l in &lines {
+        assert!(l["event_time"].as_i64().unwrap() < l["watermark"].as_i64().unwrap() - 60_000);
+        assert!(l["reason"].as_str().unwrap().starts_with("late"));
+        assert!(l["row"]["order_id"].as_u64().is_some());
+    }
+    assert!(String::from_utf8_lossy(&out.stderr).contains(&format!("{dropped} late")));
+}
+
+#[test]
+fn expect_passes_on_equal_rows_in_any_order_and_fails_with_a_diff() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 20_000, 2);
+    let p = root().join("plugins/orders-error-rate/pipeline.toml");
+    let rows = weir_test(&p, &events);
+    let mut lines: Vec<String> = rows.iter().map(|r| r.to_string()).collect();
+    lines.reverse();
+    let expect = dir.path().join("expect.jsonl");
+    std::fs::write(&expect, lines.join("\n")).unwrap();
+    ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--expect").arg(&expect).output().unwrap());
+
+    lines[0] = lines[0].replacen("\"count\":", "\"count\":1", 1);
+    std::fs::write(&expect, lines.join("\n")).unwrap();
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--expect").arg(&expect).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("- expected, not produced (1)") && err.contains("+ produced, not expected (1)"), "{err}");
+}
+
+#[test]
+fn a_bad_pipeline_file_names_the_key_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = pipeline(dir.path(), Spec { window: "type = \"tumbling\"\nsise = \"1 minute\"", ..Default::default() });
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("window") && err.contains("unknown field `sise`") && err.contains("`size`"), "{err}");
+}
+
+#[test]
+fn a_stateless_pipeline_filters_into_the_sink() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 30_000, 8);
+    let text = format!(
+        r#"
+name = "errors-only"
+[source]
+type = "replay"
+path = "orders.jsonl"
+[parse]
+plugin = "{parse}"
+[[transform]]
+plugin = "{filter}"
+config = {{ keep = ["ERROR"] }}
+"#,
+        parse = component("orders_json").display(),
+        filter = component("status_filter").display(),
+    );
+    let p = dir.path().join("p.toml");
+    std::fs::write(&p, text).unwrap();
+    let rows = weir_test(&p, &events);
+    let want: Vec<serde_json::Value> =
+        json_lines(&std::fs::read_to_string(&events).unwrap()).into_iter().filter(|r| r["status"] == "ERROR").collect();
+    assert!(!want.is_empty());
+    assert_eq!(rows, want);
+}
