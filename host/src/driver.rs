@@ -193,7 +193,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         let t0 = Instant::now();
         let batch = run.source.next_batch(limit)?;
         let read = t0.elapsed();
-        let end_of_input = batch.len() == 0 && batch.bad.is_empty();
+        let end_of_input = batch.is_empty();
         let flush = end_of_input
             && run.window.as_ref().is_some_and(|w| w.cfg.time.flush_at_end && w.watermark.current() != i64::MAX);
         if end_of_input && !flush {
@@ -229,7 +229,7 @@ impl Run<'_> {
         report.dead_letters += batch.bad.len();
 
         let t = Instant::now();
-        let out = if batch.len() > 0 { Some(self.parser.parse(&batch.records)?) } else { None };
+        let out = if !batch.positions.is_empty() { Some(self.parser.parse(&batch.records)?) } else { None };
         d.parse_ms = ms(t);
         let mut events = match out {
             Some(out) => {

@@ -168,7 +168,7 @@ fn run_once(p: &Pipeline, output: Output, dead_letters: Option<PathBuf>, progres
     let scratch = driver::scratch_checkpoint().context("cannot create a scratch checkpoint directory")?;
     let progress = Progress::new(&p.name, progress_json, Some(Duration::from_secs(2)));
     let opts = RunOptions { output, checkpoint: scratch.path().to_path_buf(), dead_letters, progress };
-    Ok(driver::run(p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))?)
+    driver::run(p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))
 }
 
 fn bench(pipeline: &Path, events: u64, seed: u64) -> Result<()> {

@@ -46,8 +46,14 @@ pub struct SourceBatch {
 }
 
 impl SourceBatch {
+    /// Records in the batch (not counting ones the source could not decode).
     pub fn len(&self) -> usize {
         self.positions.len()
+    }
+
+    /// No records and no undecodable lines: the end of the input.
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty() && self.bad.is_empty()
     }
 
     fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {

@@ -29,6 +29,9 @@ pub struct StateStore {
 
 const META: &[u8] = b"m";
 
+/// A key and its value.
+pub type Entry = (Vec<u8>, Vec<u8>);
+
 impl StateStore {
     pub fn open(path: &Path) -> Result<Self, StateError> {
         let mut opts = Options::default();
@@ -58,7 +61,7 @@ impl StateStore {
     }
 
     /// Entries with `from <= key < to`, staged changes applied, in key order.
-    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<(Vec<u8>, Vec<u8>)>, StateError> {
+    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError> {
         let mut out: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for item in self.db.iterator(IteratorMode::From(from, Direction::Forward)) {
             let (k, v) = item.map_err(|e| self.err(e))?;

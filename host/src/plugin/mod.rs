@@ -32,19 +32,23 @@ mod bindings {
     });
 }
 
-// Empty batches, for the host's own builders (bindgen derives no `Default`).
+// Empty batches, for the host's own builders. bindgen can only add a derive to every generated
+// type, and its enums and variants have no default, hence the hand-written impls.
+#[allow(clippy::derivable_impls)]
 impl Default for bindings::weir::plugin::types::RawBatch {
     fn default() -> Self {
         Self { values: vec![], value_ends: vec![], keys: vec![], key_ends: vec![], timestamps: vec![], headers: vec![] }
     }
 }
 
+#[allow(clippy::derivable_impls)]
 impl Default for bindings::weir::plugin::types::EventBatch {
     fn default() -> Self {
         Self { times: vec![], keys: vec![], key_ends: vec![], rows: vec![], row_ends: vec![], origins: vec![] }
     }
 }
 
+#[allow(clippy::derivable_impls)]
 impl Default for RowBatch {
     fn default() -> Self {
         Self { rows: vec![], row_ends: vec![] }
