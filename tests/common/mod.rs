@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 pub fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("host/ is inside the workspace").to_path_buf()
+    // At run time, not `env!`: checkouts that share a target directory may share test binaries.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+    Path::new(&manifest).parent().expect("host/ is inside the workspace").to_path_buf()
 }
 
 /// A component from `plugins/dist/`, which `cargo xtask build` fills.

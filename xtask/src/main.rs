@@ -15,7 +15,9 @@ use anyhow::{Context, Result, bail};
 const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink"];
 
 fn main() -> Result<()> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().context("xtask lives in the workspace")?.to_path_buf();
+    // At run time, not `env!`: checkouts that share a target directory share one xtask binary.
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR").context("run me as `cargo xtask`")?;
+    let root = Path::new(&manifest).parent().context("xtask lives in the workspace")?.to_path_buf();
     std::env::set_current_dir(&root)?;
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
