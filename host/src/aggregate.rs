@@ -32,6 +32,46 @@ pub struct WindowAcc {
     pub acc: Vec<u8>,
 }
 
+/// The aggregate's batched calls, as the window operators make them. The Wasm aggregator is
+/// the implementation pipelines use; native ones serve tests and native baselines.
+pub trait AggregateFns {
+    /// See `accumulate` in `wit/plugin.wit`.
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        group_ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// See `merge` in `wit/plugin.wit`.
+    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// See `finish` in `wit/plugin.wit`.
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// The stage name, for errors.
+    fn stage(&self) -> &str;
+}
+
+impl AggregateFns for Aggregator {
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        group_ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        Aggregator::accumulate(self, accs, events, members, group_ends)
+    }
+    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Aggregator::merge(self, accs, group_ends)
+    }
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Aggregator::finish(self, accs)
+    }
+    fn stage(&self) -> &str {
+        Aggregator::stage(self)
+    }
+}
+
 pub trait WindowOperator {
     /// Accumulates the batch's events. An event is late, and left out, when every window it
     /// belongs to has ended at or before `watermark - allowed_lateness` (the watermark in force:
@@ -40,7 +80,7 @@ pub trait WindowOperator {
         &mut self,
         events: &EventBatch,
         watermark: i64,
-        agg: &mut Aggregator,
+        agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<u32>, AggregateError>;
 
@@ -51,7 +91,7 @@ pub trait WindowOperator {
         previous: i64,
         watermark: i64,
         mode: OutputMode,
-        agg: &mut Aggregator,
+        agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError>;
 }
@@ -127,7 +167,7 @@ impl WindowOperator for PaneOperator {
         &mut self,
         events: &EventBatch,
         watermark: i64,
-        agg: &mut Aggregator,
+        agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<u32>, AggregateError> {
         let closed_before = bound(watermark, self.lateness);
@@ -175,7 +215,7 @@ impl WindowOperator for PaneOperator {
         previous: i64,
         watermark: i64,
         mode: OutputMode,
-        agg: &mut Aggregator,
+        agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError> {
         let (was, now) = (bound(previous, self.lateness), bound(watermark, self.lateness));
@@ -310,7 +350,7 @@ impl WindowOperator for SessionOperator {
         &mut self,
         events: &EventBatch,
         watermark: i64,
-        agg: &mut Aggregator,
+        agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<u32>, AggregateError> {
         let closed_before = bound(watermark, self.lateness);
@@ -402,7 +442,7 @@ impl WindowOperator for SessionOperator {
         previous: i64,
         watermark: i64,
         mode: OutputMode,
-        _agg: &mut Aggregator,
+        _agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError> {
         let now = bound(watermark, self.lateness);
@@ -460,6 +500,176 @@ fn put_session(state: &mut StateStore, key: &[u8], start: i64, end: i64, acc: &[
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::watermark::NONE;
+
+    /// Counts events; the accumulator is the count in decimal.
+    struct Count;
+
+    fn n(acc: &[u8]) -> u64 {
+        std::str::from_utf8(acc).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+    }
+
+    impl AggregateFns for Count {
+        fn accumulate(
+            &mut self,
+            accs: &[Vec<u8>],
+            _: &EventBatch,
+            _: &[u32],
+            ends: &[u32],
+        ) -> Result<Vec<Vec<u8>>, PluginError> {
+            let mut start = 0;
+            Ok(accs
+                .iter()
+                .zip(ends)
+                .map(|(a, &e)| {
+                    let c = n(a) + u64::from(e - start);
+                    start = e;
+                    c.to_string().into_bytes()
+                })
+                .collect())
+        }
+        fn merge(&mut self, accs: &[Vec<u8>], ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+            let mut start = 0;
+            Ok(ends
+                .iter()
+                .map(|&e| {
+                    let c: u64 = accs[start..e as usize].iter().map(|a| n(a)).sum();
+                    start = e as usize;
+                    c.to_string().into_bytes()
+                })
+                .collect())
+        }
+        fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+            Ok(accs.iter().map(|a| format!("{{\"count\":{}}}", n(a)).into_bytes()).collect())
+        }
+        fn stage(&self) -> &str {
+            "test/aggregate"
+        }
+    }
+
+    fn events(items: &[(i64, &str)]) -> EventBatch {
+        let mut b = EventBatch::default();
+        for (i, (t, key)) in items.iter().enumerate() {
+            b.times.push(*t);
+            b.keys.extend_from_slice(key.as_bytes());
+            b.key_ends.push(b.keys.len() as u32);
+            b.rows.extend_from_slice(b"{}");
+            b.row_ends.push(b.rows.len() as u32);
+            b.origins.push(i as u32);
+        }
+        b
+    }
+
+    struct Harness {
+        op: Box<dyn WindowOperator>,
+        state: StateStore,
+        wm: i64,
+        _dir: tempfile::TempDir,
+    }
+
+    impl Harness {
+        fn new(spec: WindowSpec, lateness: i64) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            Self { op: operator(spec, lateness), state: StateStore::open(dir.path()).unwrap(), wm: NONE, _dir: dir }
+        }
+
+        /// One batch: returns (late event indices, emitted (start, end, key, count)).
+        fn batch(
+            &mut self,
+            evs: &[(i64, &str)],
+            new_wm: i64,
+            mode: OutputMode,
+        ) -> (Vec<u32>, Vec<(i64, i64, String, u64)>) {
+            let late = self.op.process(&events(evs), self.wm, &mut Count, &mut self.state).unwrap();
+            let out = self.op.emit(self.wm, new_wm, mode, &mut Count, &mut self.state).unwrap();
+            self.state.commit(b"m").unwrap();
+            self.wm = new_wm;
+            let out = out.into_iter().map(|w| (w.start, w.end, String::from_utf8(w.key).unwrap(), n(&w.acc))).collect();
+            (late, out)
+        }
+    }
+
+    const MIN: i64 = 60_000;
+
+    #[test]
+    fn append_emits_a_window_once_when_the_watermark_reaches_its_end() {
+        let mut h = Harness::new(WindowSpec::sliding(MIN, MIN, 0), 0);
+        let (late, out) = h.batch(&[(0, ""), (59_999, ""), (60_000, "")], 59_999, OutputMode::Append);
+        assert!(late.is_empty());
+        assert!(out.is_empty(), "[0, 60000) is not final at watermark 59999");
+        let (_, out) = h.batch(&[], 60_000, OutputMode::Append);
+        assert_eq!(out, vec![(0, MIN, String::new(), 2)]);
+        let (_, out) = h.batch(&[], 60_001, OutputMode::Append);
+        assert!(out.is_empty(), "emitted once");
+    }
+
+    #[test]
+    fn an_event_is_late_when_its_window_ended_at_or_before_the_watermark_in_force() {
+        let mut h = Harness::new(WindowSpec::sliding(MIN, MIN, 0), 0);
+        h.batch(&[(1, "")], 60_000, OutputMode::Append);
+        let (late, out) = h.batch(&[(59_999, ""), (60_000, "")], 60_000, OutputMode::Append);
+        assert_eq!(late, vec![0], "window [0, 60000) ended at the watermark: late; [60000, ...) is open");
+        assert!(out.is_empty());
+        let (_, out) = h.batch(&[], i64::MAX, OutputMode::Append);
+        assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 1)]);
+    }
+
+    #[test]
+    fn allowed_lateness_keeps_windows_open_and_counting() {
+        let mut h = Harness::new(WindowSpec::sliding(MIN, MIN, 0), 1_000);
+        let (_, out) = h.batch(&[(10, "")], 60_500, OutputMode::Append);
+        assert!(out.is_empty());
+        let (late, out) = h.batch(&[(20, "")], 61_000, OutputMode::Append);
+        assert!(late.is_empty(), "60000 + 1000 > 60500: still open");
+        assert_eq!(out, vec![(0, MIN, String::new(), 2)]);
+        let (late, _) = h.batch(&[(30, "")], 61_000, OutputMode::Append);
+        assert_eq!(late, vec![0]);
+    }
+
+    #[test]
+    fn update_emits_changed_windows_and_complete_every_window_in_state() {
+        let mut h = Harness::new(WindowSpec::sliding(MIN, MIN, 0), 0);
+        let (_, out) = h.batch(&[(0, ""), (MIN, "")], NONE, OutputMode::Update);
+        assert_eq!(out, vec![(0, MIN, String::new(), 1), (MIN, 2 * MIN, String::new(), 1)]);
+        let (_, out) = h.batch(&[(MIN + 1, "")], NONE, OutputMode::Update);
+        assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 2)], "only the changed window");
+        let (_, out) = h.batch(&[], NONE, OutputMode::Complete);
+        assert_eq!(out.len(), 2, "every window in state");
+        let (_, out) = h.batch(&[], MIN, OutputMode::Complete);
+        assert_eq!(out.len(), 2, "the window final in this batch is in it one last time");
+        let (_, out) = h.batch(&[], MIN, OutputMode::Complete);
+        assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 2)], "final windows leave state");
+    }
+
+    #[test]
+    fn sliding_windows_merge_their_panes_per_key() {
+        let mut h = Harness::new(WindowSpec::sliding(3_000, 1_000, 0), 0);
+        h.batch(&[(0, "a"), (1_500, "a"), (2_500, "b")], NONE, OutputMode::Append);
+        let (_, out) = h.batch(&[], i64::MAX, OutputMode::Append);
+        let want = vec![
+            (-2_000, 1_000, "a".into(), 1),
+            (-1_000, 2_000, "a".into(), 2),
+            (0, 3_000, "a".into(), 2),
+            (0, 3_000, "b".into(), 1),
+            (1_000, 4_000, "a".into(), 1),
+            (1_000, 4_000, "b".into(), 1),
+            (2_000, 5_000, "b".into(), 1),
+        ];
+        assert_eq!(out, want);
+    }
+
+    #[test]
+    fn sessions_grow_and_merge_across_batches_per_key() {
+        let mut h = Harness::new(WindowSpec::Session { gap: 10 }, 0);
+        h.batch(&[(0, "a"), (5, "a"), (30, "a"), (0, "b")], NONE, OutputMode::Append);
+        // 15 touches [0, 15); 25 touches [15, 25) and meets [30, 40): all of a's sessions merge.
+        let (_, out) = h.batch(&[(15, "a"), (25, "a")], 20, OutputMode::Append);
+        assert_eq!(out, vec![(0, 10, "b".into(), 1)], "b's session ended at 10 <= 20");
+        let (late, _) = h.batch(&[(9, "b")], 20, OutputMode::Append);
+        assert_eq!(late, vec![0], "9 + gap = 19 <= 20: its session could only be final");
+        let (_, out) = h.batch(&[], i64::MAX, OutputMode::Append);
+        assert_eq!(out, vec![(0, 40, "a".into(), 5)]);
+    }
 
     #[test]
     fn members_are_laid_out_group_by_group_in_event_order() {

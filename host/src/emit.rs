@@ -1,8 +1,8 @@
 //! Turns the windows leaving a batch into result rows: one `finish` call for all of them, then
 //! each row gets its window (and key) spliced in front of the plugin's own fields.
 
-use crate::aggregate::WindowAcc;
-use crate::plugin::{Aggregator, PluginError};
+use crate::aggregate::{AggregateFns, WindowAcc};
+use crate::plugin::PluginError;
 use crate::sink::{Rows, RowsExt};
 
 #[derive(Debug, thiserror::Error)]
@@ -14,7 +14,7 @@ pub enum EmitError {
 }
 
 /// Finishes `windows` and appends their rows to `out`; returns how many rows it added.
-pub fn finish(windows: &[WindowAcc], agg: &mut Aggregator, out: &mut Rows) -> Result<usize, EmitError> {
+pub fn finish(windows: &[WindowAcc], agg: &mut dyn AggregateFns, out: &mut Rows) -> Result<usize, EmitError> {
     if windows.is_empty() {
         return Ok(0);
     }
