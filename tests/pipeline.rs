@@ -213,3 +213,23 @@ config = {{ keep = ["ERROR"] }}
     assert!(!want.is_empty());
     assert_eq!(rows, want);
 }
+
+#[test]
+fn a_component_that_does_not_play_its_role_is_refused_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 1_000, 1);
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    let text = std::fs::read_to_string(&p).unwrap();
+    let agg = component("error_rate").display().to_string();
+    std::fs::write(&p, text.replace(&agg, &component("status_filter").display().to_string())).unwrap();
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("test/aggregate")
+            && err.contains("cannot be the aggregator")
+            && err.contains("status_filter.wasm"),
+        "{err}"
+    );
+    assert!(out.stdout.is_empty());
+}

@@ -10,8 +10,11 @@ use super::bindings::exports::weir::plugin::{aggregator, parser, sink, transform
 use super::bindings::weir::plugin::types::{BatchOutput, EventBatch, RawBatch};
 use super::sandbox::{HostState, PluginError, Role, Sandbox, StageSpec, WitError};
 
+/// Binds a role to its WIT export. `probe` runs on every new instance: a sink's `open`, an empty
+/// call for the others, so a component that does not play the role (the SDK answers
+/// `unsupported` for roles a plugin leaves out) is refused at start-up, not at the first batch.
 macro_rules! role {
-    ($role:ident, $module:ident, $name:literal) => {
+    ($role:ident, $module:ident, $name:literal, |$g:ident, $s:ident| $probe:expr) => {
         pub(crate) struct $role;
         impl Role for $role {
             const NAME: &'static str = $name;
@@ -21,24 +24,26 @@ macro_rules! role {
             fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices> {
                 $module::GuestIndices::new(pre)
             }
-            fn load(i: &Self::Indices, store: &mut Store<HostState>, instance: &Instance) -> wasmtime::Result<Self::Guest> {
+            fn load(
+                i: &Self::Indices,
+                store: &mut Store<HostState>,
+                instance: &Instance,
+            ) -> wasmtime::Result<Self::Guest> {
                 i.load(store, instance)
             }
-            role!(@hook $role);
+            fn probe($g: &Self::Guest, $s: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>> {
+                $probe
+            }
         }
     };
-    (@hook SinkRole) => {
-        fn on_instantiate(guest: &Self::Guest, store: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>> {
-            guest.call_open(store)
-        }
-    };
-    (@hook $other:ident) => {};
 }
 
-role!(ParserRole, parser, "parser");
-role!(TransformerRole, transformer, "transformer");
-role!(AggregatorRole, aggregator, "aggregator");
-role!(SinkRole, sink, "sink");
+role!(ParserRole, parser, "parser", |g, s| g.call_parse(s, &RawBatch::default()).map(|r| r.map(drop)));
+role!(TransformerRole, transformer, "transformer", |g, s| g
+    .call_transform(s, &EventBatch::default())
+    .map(|r| r.map(drop)));
+role!(AggregatorRole, aggregator, "aggregator", |g, s| g.call_finish(s, &[]).map(|r| r.map(drop)));
+role!(SinkRole, sink, "sink", |g, s| g.call_open(s));
 
 fn contract(stage: &str, message: String) -> PluginError {
     PluginError::Contract { stage: stage.to_string(), message }

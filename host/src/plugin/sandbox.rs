@@ -64,7 +64,7 @@ pub enum PluginError {
         path.display()
     )]
     Version { path: PathBuf, found: String, supported: String },
-    #[error("stage {stage}: plugin {} cannot be a {role}: it does not export {interface}", path.display())]
+    #[error("stage {stage}: plugin {} cannot be the {role}: it does not implement {interface}", path.display())]
     MissingRole { stage: String, path: PathBuf, role: &'static str, interface: &'static str },
     #[error("stage {stage}: cannot grant directory {}: {message}", host.display())]
     Grant { stage: String, host: PathBuf, message: String },
@@ -144,10 +144,8 @@ pub(crate) trait Role {
         store: &mut Store<HostState>,
         instance: &Instance,
     ) -> wasmtime::Result<Self::Guest>;
-    /// Runs once on each new instance (a sink's `open`).
-    fn on_instantiate(_guest: &Self::Guest, _store: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>> {
-        Ok(Ok(()))
-    }
+    /// Runs once on each new instance: proves the component plays the role (and opens a sink).
+    fn probe(guest: &Self::Guest, store: &mut Store<HostState>) -> wasmtime::Result<Result<(), WitError>>;
 }
 
 pub(crate) struct Sandbox<R: Role> {
@@ -227,8 +225,16 @@ impl<R: Role> Sandbox<R> {
                 .map_err(|e| PluginError::Instantiate { stage: stage.clone(), message: describe(&e, &store) })?;
             let guest = R::load(&self.indices, &mut store, &instance)
                 .map_err(|e| PluginError::Instantiate { stage: stage.clone(), message: format!("{e:#}") })?;
-            match R::on_instantiate(&guest, &mut store) {
+            match R::probe(&guest, &mut store) {
                 Ok(Ok(())) => {}
+                Ok(Err(WitError::Unsupported(_))) => {
+                    return Err(PluginError::MissingRole {
+                        stage: stage.clone(),
+                        path: self.spec.component.clone(),
+                        role: R::NAME,
+                        interface: R::INTERFACE,
+                    });
+                }
                 Ok(Err(error)) => return Err(PluginError::Failed { stage: stage.clone(), error }),
                 Err(e) => return Err(PluginError::Trap { stage: stage.clone(), message: describe(&e, &store) }),
             }
