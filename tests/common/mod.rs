@@ -111,12 +111,22 @@ pub struct Order {
 /// The events a 10-minute watermark keeps, by the oracle's per-record rule. With the
 /// generator's disorder (< 30 s) and very late events (> 2 h), every correct engine agrees.
 pub fn kept_orders(events: &Path) -> (Vec<Order>, usize) {
+    orders_within(events, 600_000)
+}
+
+/// Every event, none dropped: what one batch holding all the input computes, since no
+/// watermark exists before it.
+pub fn all_orders(events: &Path) -> Vec<Order> {
+    orders_within(events, i64::MAX).0
+}
+
+fn orders_within(events: &Path, delay: i64) -> (Vec<Order>, usize) {
     let text = std::fs::read_to_string(events).unwrap();
     let mut max: Option<i64> = None;
     let (mut kept, mut dropped) = (Vec::new(), 0);
     for v in json_lines(&text) {
         let ts = v["order_ts"].as_i64().unwrap();
-        if max.is_some_and(|m| ts < m - 600_000) {
+        if max.is_some_and(|m| ts < m.saturating_sub(delay)) {
             dropped += 1;
             continue;
         }
