@@ -1,6 +1,8 @@
 //! Views over the columnar batches the host passes in, and the [`Emitter`] that builds the
 //! columnar batch a parser or transformer passes back. Nothing here allocates per record.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::{PluginError, RecordError, types};
@@ -59,6 +61,29 @@ impl<'a> Event<'a> {
     /// The row decoded into `T` (borrowing strings from the batch where `T` does).
     pub fn row_as<T: Deserialize<'a>>(&self) -> Result<T, RecordError> {
         Ok(serde_json::from_slice(self.row)?)
+    }
+
+    /// One top-level field of the row decoded into `T`, without decoding the rest of the row
+    /// (several times faster than [`Event::row_as`] when a stage needs one or two fields);
+    /// `Ok(None)` when the row has no such field.
+    pub fn field<T: Deserialize<'a>>(&self, name: &str) -> Result<Option<T>, RecordError> {
+        match crate::field::top_level_field(self.row, name).map_err(RecordError::malformed)? {
+            Some(raw) => Ok(Some(serde_json::from_slice(raw)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// A top-level string field, borrowed from the row unless it holds escapes.
+    pub fn field_str(&self, name: &str) -> Result<Option<Cow<'a, str>>, RecordError> {
+        let Some(raw) = crate::field::top_level_field(self.row, name).map_err(RecordError::malformed)? else {
+            return Ok(None);
+        };
+        match raw {
+            [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => std::str::from_utf8(inner)
+                .map(|s| Some(Cow::Borrowed(s)))
+                .map_err(|e| RecordError::malformed(format!("field `{name}` is not UTF-8: {e}"))),
+            _ => Ok(Some(Cow::Owned(serde_json::from_slice::<String>(raw)?))),
+        }
     }
 }
 

@@ -32,6 +32,7 @@ extern crate self as weir_guest;
 
 mod batch;
 mod config;
+mod field;
 mod roles;
 
 #[doc(hidden)]

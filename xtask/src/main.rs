@@ -89,6 +89,9 @@ fn build(root: &Path) -> Result<()> {
     run(cargo().args(["build", "--release", "-p", "weir"]))?;
     let mut c = cargo();
     c.args(["build", "--release", "--target", "wasm32-wasip2"]);
+    // Plugins are small: whole-program optimisation costs seconds and lets serde inline into
+    // the batch loops. The host keeps the workspace profile (LTO over wasmtime takes minutes).
+    c.env("CARGO_PROFILE_RELEASE_LTO", "true").env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "1");
     for p in PLUGINS {
         c.args(["-p", p]);
     }
