@@ -188,7 +188,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         }
         let limit = match pipeline.trigger {
             Trigger::Once => usize::MAX,
-            _ => pipeline.source.max_offsets_per_trigger,
+            _ => batch_size(batch_id, pipeline.source.max_offsets_per_trigger),
         };
         let t0 = Instant::now();
         let batch = run.source.next_batch(limit)?;
@@ -364,6 +364,18 @@ impl Run<'_> {
     }
 }
 
+/// Records in batch `batch_id`: batches start at [`FIRST_BATCH`] records and double up to `max`.
+///
+/// The first batch runs before any watermark exists, so nothing in it can be late; a small first
+/// batch makes the watermark exist early, as it does on a stream that starts flowing, instead of
+/// letting one large first batch accept events that are hours late. A function of the batch id
+/// alone, so a batch re-run after a crash reads exactly the records it read before.
+fn batch_size(batch_id: u64, max: usize) -> usize {
+    FIRST_BATCH.checked_shl(batch_id.min(32) as u32).unwrap_or(usize::MAX).min(max)
+}
+
+const FIRST_BATCH: usize = 64;
+
 fn kind_name(e: &RecordError) -> &'static str {
     use crate::plugin::RecordErrorKind as K;
     match e.kind {
@@ -380,6 +392,19 @@ fn slice<'a>(data: &'a [u8], ends: &[u32], i: usize) -> &'a [u8] {
 
 fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_start_small_and_double_up_to_the_maximum() {
+        let sizes: Vec<usize> = (0..10).map(|b| batch_size(b, 5_000)).collect();
+        assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
+        assert_eq!(batch_size(u64::MAX, 10), 10);
+        assert_eq!(batch_size(0, 10), 10);
+    }
 }
 
 /// A fresh checkpoint directory for one-off runs (`weir test`, `weir bench`).
