@@ -577,6 +577,9 @@ mod tests {
         b
     }
 
+    /// (start, end, key, count) of an emitted window.
+    type Emitted = (i64, i64, String, u64);
+
     struct Harness {
         op: Box<dyn WindowOperator>,
         state: StateStore,
@@ -591,12 +594,7 @@ mod tests {
         }
 
         /// One batch: returns (late event indices, emitted (start, end, key, count)).
-        fn batch(
-            &mut self,
-            evs: &[(i64, &str)],
-            new_wm: i64,
-            mode: OutputMode,
-        ) -> (Vec<u32>, Vec<(i64, i64, String, u64)>) {
+        fn batch(&mut self, evs: &[(i64, &str)], new_wm: i64, mode: OutputMode) -> (Vec<u32>, Vec<Emitted>) {
             let late = self.op.process(&events(evs), self.wm, &mut Count, &mut self.state).unwrap();
             let out = self.op.emit(self.wm, new_wm, mode, &mut Count, &mut self.state).unwrap();
             self.state.commit(b"m").unwrap();

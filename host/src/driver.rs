@@ -394,19 +394,6 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1e3
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_start_small_and_double_up_to_the_maximum() {
-        let sizes: Vec<usize> = (0..10).map(|b| batch_size(b, 5_000)).collect();
-        assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
-        assert_eq!(batch_size(u64::MAX, 10), 10);
-        assert_eq!(batch_size(0, 10), 10);
-    }
-}
-
 /// A fresh checkpoint directory for one-off runs (`weir test`, `weir bench`).
 pub fn scratch_checkpoint() -> std::io::Result<tempfile::TempDir> {
     tempfile::Builder::new().prefix("weir-").tempdir()
@@ -418,4 +405,17 @@ pub fn default_checkpoint(pipeline: &Pipeline, pipeline_file: &Path) -> PathBuf 
         .checkpoint
         .clone()
         .unwrap_or_else(|| pipeline_file.parent().unwrap_or(Path::new(".")).join(".weir").join(&pipeline.name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_start_small_and_double_up_to_the_maximum() {
+        let sizes: Vec<usize> = (0..10).map(|b| batch_size(b, 5_000)).collect();
+        assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
+        assert_eq!(batch_size(u64::MAX, 10), 10);
+        assert_eq!(batch_size(0, 10), 10);
+    }
 }
