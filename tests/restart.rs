@@ -38,7 +38,12 @@ fn output_is_identical_after_repeated_kill_9() {
         dir.path().join("checkpoint").display(),
     );
     let p = pipeline(dir.path(), Spec { window: TUMBLING, watermark: &watermark, extra: &extra, ..Default::default() });
-    // Batches of up to 5 000 records: about 48, the last one the end-of-input flush.
+    // Batches of up to 1 000 records: about 200, the last one the end-of-input flush; enough
+    // that the kills below land at 60 moments spread over the whole run.
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("max_offsets_per_trigger = 5000", "max_offsets_per_trigger = 1000");
+    std::fs::write(&p, text).unwrap();
     let expected = weir_test(&p, &events);
 
     let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
@@ -82,6 +87,7 @@ fn output_is_identical_after_repeated_kill_9() {
             break;
         }
     }
+    eprintln!("{kills} kills");
     assert!(kills >= 20, "only {kills} kills landed");
 
     let mut files: Vec<_> = std::fs::read_dir(&windows).unwrap().map(|e| e.unwrap().path()).collect();

@@ -6,7 +6,7 @@
 //! (tumbling and sliding) and sessions. Both group a batch's events by index and call the
 //! aggregator once per batch for all groups, never per event or per window.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
@@ -239,21 +239,18 @@ impl WindowOperator for PaneOperator {
         let size = self.panes.size;
         // Windows to emit, each with the panes it covers that hold state.
         let mut windows: BTreeMap<(i64, Vec<u8>), Vec<Vec<u8>>> = BTreeMap::new();
-        let changed = std::mem::take(&mut self.changed);
-        let mut wanted: BTreeMap<(i64, Vec<u8>), ()> = BTreeMap::new();
-        match mode {
-            OutputMode::Append => {}
-            OutputMode::Update => {
-                for (pane, key) in &changed {
-                    for s in self.panes.windows_of(*pane) {
-                        if s.saturating_add(size) > was {
-                            wanted.insert((s, key.clone()), ());
-                        }
+        // Update mode: the still-open windows over the panes this batch changed.
+        let mut wanted: BTreeSet<(i64, Vec<u8>)> = BTreeSet::new();
+        if mode == OutputMode::Update {
+            for (pane, key) in std::mem::take(&mut self.changed) {
+                for s in self.panes.windows_of(pane) {
+                    if s.saturating_add(size) > was {
+                        wanted.insert((s, key.clone()));
                     }
                 }
             }
-            OutputMode::Complete => {}
         }
+        self.changed.clear();
         // Panes that may matter: append needs panes of windows ending by `now`; the others need
         // every pane in state.
         let upper = match mode {
@@ -271,7 +268,7 @@ impl WindowOperator for PaneOperator {
                 let end = s.saturating_add(size);
                 let take = match mode {
                     OutputMode::Append => end > was && end <= now,
-                    OutputMode::Update => wanted.contains_key(&(s, key.to_vec())),
+                    OutputMode::Update => wanted.contains(&(s, key.to_vec())),
                     OutputMode::Complete => end > was,
                 };
                 if take {
@@ -456,14 +453,13 @@ impl WindowOperator for SessionOperator {
 
     fn emit(
         &mut self,
-        previous: i64,
+        _previous: i64, // a session is emitted by its own end, whatever was final before
         watermark: i64,
         mode: OutputMode,
         _agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError> {
         let now = bound(watermark, self.lateness);
-        let _ = previous;
         let changed = std::mem::take(&mut self.changed);
         let mut out = Vec::new();
         // Sessions by end: the final ones are a prefix of the index.

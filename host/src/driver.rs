@@ -86,6 +86,7 @@ struct WindowStage {
 
 struct Run<'a> {
     p: &'a Pipeline,
+    checkpoint: PathBuf,
     source: ReplaySource,
     source_name: String,
     parser: Parser,
@@ -158,6 +159,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let source = ReplaySource::open(&pipeline.source.path, pipeline.source.format, cp.source)?;
     let mut run = Run {
         p: pipeline,
+        checkpoint: opts.checkpoint.clone(),
         source_name: source.path().display().to_string(),
         source,
         parser: Parser::new(runtime, pipeline.parse.clone())?,
@@ -326,7 +328,7 @@ impl Run<'_> {
             },
         };
         let meta = serde_json::to_vec(&cp)
-            .map_err(|e| RunError::Checkpoint { dir: PathBuf::from(self.p.name.clone()), message: e.to_string() })?;
+            .map_err(|e| RunError::Checkpoint { dir: self.checkpoint.clone(), message: e.to_string() })?;
         self.state.commit(&meta)?;
         d.commit_ms = ms(t);
         report.state_keys = self.state.estimated_keys();

@@ -214,15 +214,18 @@ fn diff_rows(got: &str, want: &str) -> Result<String> {
         Ok(v)
     }
     let (got, want) = (canon(got, "output")?, canon(want, "expected")?);
+    // Both sorted: walk them together like a merge.
     let (mut missing, mut unexpected) = (Vec::new(), Vec::new());
-    let (mut i, mut j) = (0, 0);
-    while i < got.len() || j < want.len() {
-        match (got.get(i), want.get(j)) {
-            (Some(g), Some(w)) if g == w => (i, j) = (i + 1, j + 1),
-            (Some(g), Some(w)) if g < w => (unexpected.push(g), i += 1).1,
-            (Some(_), Some(w)) => (missing.push(w), j += 1).1,
-            (Some(g), None) => (unexpected.push(g), i += 1).1,
-            (None, Some(w)) => (missing.push(w), j += 1).1,
+    let (mut g, mut w) = (got.iter().peekable(), want.iter().peekable());
+    loop {
+        match (g.peek(), w.peek()) {
+            (Some(a), Some(b)) if a == b => {
+                g.next();
+                w.next();
+            }
+            (Some(a), Some(b)) if a < b => unexpected.extend(g.next()),
+            (Some(_), Some(_)) | (None, Some(_)) => missing.extend(w.next()),
+            (Some(_), None) => unexpected.extend(g.next()),
             (None, None) => break,
         }
     }

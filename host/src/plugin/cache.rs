@@ -28,7 +28,7 @@ impl ComponentCache {
     pub(super) fn load(&self, engine: &Engine, path: &Path) -> Result<Component, PluginError> {
         let bytes = std::fs::read(path).map_err(|e| PluginError::Read { path: path.to_path_buf(), source: e })?;
         let key = format!("{}-{:016x}.cwasm", blake3::hash(&bytes).to_hex(), self.engine_hash);
-        let cached = self.dir.join(key);
+        let cached = self.dir.join(&key);
         if cached.exists() {
             // SAFETY: the file was written by `Component::serialize` of an engine with the same
             // compatibility hash (it is in the name), into a directory this process owns.
@@ -41,7 +41,8 @@ impl ComponentCache {
             .map_err(|e| PluginError::Compile { path: path.to_path_buf(), message: format!("{e:#}") })?;
         // The cache is an optimisation: failing to write it is not an error.
         if let Ok(serialized) = component.serialize() {
-            let tmp = self.dir.join(format!(".{}.tmp", std::process::id()));
+            // Per component and process: pipelines may compile components concurrently.
+            let tmp = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
             let written = std::fs::create_dir_all(&self.dir)
                 .and_then(|()| std::fs::write(&tmp, serialized))
                 .and_then(|()| std::fs::rename(&tmp, &cached));
