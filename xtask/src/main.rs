@@ -51,32 +51,32 @@ fn setup() -> Result<()> {
     if !targets.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2")) {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     }
-    // RocksDB's bindings need libclang; compiling it needs a C++ compiler.
-    let libclang = Path::new("/usr/lib/llvm-14/lib/libclang.so").exists()
-        || Command::new("sh")
-            .args(["-c", "ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1"])
-            .status()
-            .is_ok_and(|s| s.success());
-    if !libclang || !have("c++", "--version") {
-        let sudo = if have("id", "-u")
-            && String::from_utf8_lossy(&Command::new("id").arg("-u").output()?.stdout).trim() == "0"
-        {
-            vec![]
-        } else {
-            vec!["sudo"]
-        };
-        let apt = |args: &[&str]| {
-            let mut c = Command::new(sudo.first().copied().unwrap_or("apt-get"));
-            if !sudo.is_empty() {
-                c.arg("apt-get");
-            }
-            c.args(args).env("DEBIAN_FRONTEND", "noninteractive");
-            run(&mut c)
-        };
-        apt(&["update", "-qq"])?;
-        apt(&["install", "-y", "-qq", "clang", "libclang-dev", "g++"])?;
+    // RocksDB's bindings need libclang (libclang-dev; the image's libclang-cpp is another
+    // library) and building it needs clang or g++.
+    const PACKAGES: [&str; 3] = ["clang", "libclang-dev", "g++"];
+    let installed = |p: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    if !have("dpkg-query", "--version") {
+        eprintln!("not a Debian system: make sure {PACKAGES:?} (or their equivalents) are installed");
+        return Ok(());
     }
-    Ok(())
+    if PACKAGES.iter().all(|p| installed(p)) {
+        return Ok(());
+    }
+    let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    let apt = |args: &[&str]| {
+        let mut c = if root { Command::new("apt-get") } else { Command::new("sudo") };
+        if !root {
+            c.arg("apt-get");
+        }
+        run(c.args(args).env("DEBIAN_FRONTEND", "noninteractive"))
+    };
+    apt(&["update", "-qq"])?;
+    apt(&[&["install", "-y", "-qq"][..], &PACKAGES[..]].concat())
 }
 
 fn target_dir() -> Result<PathBuf> {
