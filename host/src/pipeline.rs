@@ -18,7 +18,7 @@ use crate::window::WindowSpec;
 /// A bad pipeline file: which key, and what is wrong with it.
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
     #[error("{}: {key}: {message}", path.display())]
     Invalid { path: PathBuf, key: String, message: String },

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 #[derive(Debug, thiserror::Error)]
-#[error("side output {}: {source}", path.display())]
+#[error("side output {}", path.display())]
 pub struct SideOutputError {
     path: PathBuf,
     source: std::io::Error,

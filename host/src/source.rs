@@ -16,7 +16,7 @@ use crate::plugin::{Header, RawBatch};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SourceError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
 

@@ -17,7 +17,7 @@ use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
-    #[error("state store {}: {source}", path.display())]
+    #[error("state store {}", path.display())]
     Db { path: PathBuf, source: rocksdb::Error },
 }
 

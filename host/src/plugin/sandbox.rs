@@ -54,7 +54,7 @@ const STDERR_CAPTURE: usize = 16 << 10;
 pub enum PluginError {
     #[error("wasm engine: {0}")]
     Engine(String),
-    #[error("cannot read plugin {}: {source}", path.display())]
+    #[error("cannot read plugin {}", path.display())]
     Read { path: PathBuf, source: std::io::Error },
     #[error("cannot compile plugin {}: {message}", path.display())]
     Compile { path: PathBuf, message: String },
