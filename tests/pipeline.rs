@@ -292,3 +292,25 @@ fn trigger_once_reads_everything_in_one_batch() {
     assert_eq!(windows_of(&rows), sliding_reference(&all_orders(&events), 60_000, 60_000));
     assert!(String::from_utf8_lossy(&out.stderr).contains(", 0 late,"));
 }
+
+/// A processing-time trigger paces batches but computes the same windows as available-now.
+#[test]
+fn a_processing_time_trigger_gives_the_same_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 20_000, 6);
+    let extra = format!(
+        "[sink]\nplugin = \"{}\"\ngrants.dirs = [{{ host = \"w\", guest = \"/out\", writable = true }}]",
+        component("jsonl_file_sink").display()
+    );
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, extra: &extra, ..Default::default() });
+    let available_now = weir_test(&p, &events);
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("mode = \"available-now\"", "mode = \"processing-time\"\ninterval = \"2ms\"");
+    std::fs::write(&p, text).unwrap();
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("w")).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let rows: Vec<_> = files.iter().flat_map(|f| json_lines(&std::fs::read_to_string(f).unwrap())).collect();
+    assert_eq!(rows, available_now);
+}
