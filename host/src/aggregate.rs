@@ -378,12 +378,18 @@ impl WindowOperator for SessionOperator {
             }
         }
         let mut sessions: Vec<Session> = Vec::new();
-        for (key, mut evs) in by_key {
+        let ranges: Vec<(Vec<u8>, Vec<u8>)> = by_key
+            .keys()
+            .map(|key| {
+                let prefix = session_prefix(key);
+                let mut upper = prefix.clone();
+                upper.extend_from_slice(&[0xff; 8]);
+                (prefix, upper)
+            })
+            .collect();
+        let all_stored = state.ranges(&ranges)?;
+        for ((key, mut evs), stored) in by_key.into_iter().zip(all_stored) {
             evs.sort_unstable();
-            let prefix = session_prefix(key);
-            let mut upper = prefix.clone();
-            upper.extend_from_slice(&[0xff; 8]);
-            let stored = state.range(&prefix, &upper)?;
             // Intervals: stored sessions first (ids < stored.len()), then one per event.
             let mut ivs: Vec<Interval> = Vec::with_capacity(stored.len() + evs.len());
             let mut stored_parts = Vec::with_capacity(stored.len());

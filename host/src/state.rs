@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
 
-use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+use rocksdb::{DB, Options, WriteBatch, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -62,21 +62,36 @@ impl StateStore {
 
     /// Entries with `from <= key < to`, staged changes applied, in key order.
     pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError> {
-        let mut out: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-        for item in self.db.iterator(IteratorMode::From(from, Direction::Forward)) {
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            if &*k >= to {
-                break;
+        Ok(self.ranges(&[(from.to_vec(), to.to_vec())])?.pop().unwrap_or_default())
+    }
+
+    /// [`StateStore::range`] for many ranges with one RocksDB iterator: seeking is several times
+    /// cheaper than opening an iterator, and sessions look up every key of a batch.
+    pub fn ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Vec<Entry>>, StateError> {
+        let mut it = self.db.raw_iterator();
+        let mut out = Vec::with_capacity(ranges.len());
+        for (from, to) in ranges {
+            let mut found: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+            it.seek(from);
+            while let (Some(k), Some(v)) = (it.key(), it.value()) {
+                if k >= to.as_slice() {
+                    break;
+                }
+                found.insert(k.to_vec(), v.to_vec());
+                it.next();
             }
-            out.insert(k.into_vec(), v.into_vec());
+            it.status().map_err(|e| self.err(e))?;
+            for (k, v) in
+                self.staged.range::<[u8], _>((Bound::Included(from.as_slice()), Bound::Excluded(to.as_slice())))
+            {
+                match v {
+                    Some(v) => found.insert(k.clone(), v.clone()),
+                    None => found.remove(k),
+                };
+            }
+            out.push(found.into_iter().collect());
         }
-        for (k, v) in self.staged.range::<[u8], _>((Bound::Included(from), Bound::Excluded(to))) {
-            match v {
-                Some(v) => out.insert(k.clone(), v.clone()),
-                None => out.remove(k),
-            };
-        }
-        Ok(out.into_iter().collect())
+        Ok(out)
     }
 
     /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic,
