@@ -176,7 +176,9 @@ pub fn sink_commit<S: Sink>(cell: &OnceLock<S>, batch_id: u64) -> WitResult<()> 
 
 /// Exports a plugin's roles as a `weir:plugin` component.
 ///
-/// ```ignore
+/// ```no_run
+/// # type OrdersParser = weir_guest::Unsupported;
+/// # type ErrorRate = weir_guest::Unsupported;
 /// weir_guest::export_plugin!(parser: OrdersParser, aggregator: ErrorRate);
 /// ```
 ///

@@ -6,7 +6,7 @@
 //! trait once per record, inside the sandbox, where a call costs nothing. Plugin code never sees
 //! the raw bindings.
 //!
-//! ```ignore
+//! ```no_run
 //! use weir_guest::{export_plugin, Config, Emitter, Parser, PluginError, Record, RecordError};
 //!
 //! struct Orders;
