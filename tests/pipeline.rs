@@ -268,10 +268,7 @@ fn a_lagging_partition_holds_the_watermark_back() {
 fn trigger_once_reads_everything_in_one_batch() {
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 30_000, 4);
-    let extra = format!(
-        "[sink]\nplugin = \"{}\"\ngrants.dirs = [{{ host = \"w\", guest = \"/out\", writable = true }}]",
-        component("jsonl_file_sink").display()
-    );
+    let extra = file_sink(&dir.path().join("w"));
     let p = pipeline(dir.path(), Spec { window: TUMBLING, extra: &extra, ..Default::default() });
     let text = std::fs::read_to_string(&p).unwrap().replace("mode = \"available-now\"", "mode = \"once\"");
     std::fs::write(&p, text).unwrap();
@@ -284,9 +281,7 @@ fn trigger_once_reads_everything_in_one_batch() {
     assert_eq!(progress.len(), 2, "one batch of everything, then the end-of-input flush");
     assert_eq!(progress[0]["numInputRows"], 30_000);
     assert_eq!(progress[1]["watermark"], i64::MAX);
-    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("w")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let rows: Vec<_> = files.iter().flat_map(|f| json_lines(&std::fs::read_to_string(f).unwrap())).collect();
+    let rows = sink_rows(&dir.path().join("w"));
     // No watermark exists before the only batch, so nothing in it is late: very late events
     // count in their (old) windows, as in Spark. Bounded batches are what make a replay drop them.
     assert_eq!(windows_of(&rows), sliding_reference(&all_orders(&events), 60_000, 60_000));
@@ -298,10 +293,7 @@ fn trigger_once_reads_everything_in_one_batch() {
 fn a_processing_time_trigger_gives_the_same_windows() {
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 20_000, 6);
-    let extra = format!(
-        "[sink]\nplugin = \"{}\"\ngrants.dirs = [{{ host = \"w\", guest = \"/out\", writable = true }}]",
-        component("jsonl_file_sink").display()
-    );
+    let extra = file_sink(&dir.path().join("w"));
     let p = pipeline(dir.path(), Spec { window: TUMBLING, extra: &extra, ..Default::default() });
     let available_now = weir_test(&p, &events);
     let text = std::fs::read_to_string(&p)
@@ -309,8 +301,6 @@ fn a_processing_time_trigger_gives_the_same_windows() {
         .replace("mode = \"available-now\"", "mode = \"processing-time\"\ninterval = \"2ms\"");
     std::fs::write(&p, text).unwrap();
     ok(weir().arg("run").arg(&p).output().unwrap());
-    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("w")).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let rows: Vec<_> = files.iter().flat_map(|f| json_lines(&std::fs::read_to_string(f).unwrap())).collect();
+    let rows = sink_rows(&dir.path().join("w"));
     assert_eq!(rows, available_now);
 }

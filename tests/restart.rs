@@ -30,13 +30,8 @@ fn output_is_identical_after_repeated_kill_9() {
     let windows = dir.path().join("windows");
     let late = dir.path().join("late.jsonl");
     let watermark = format!("late = \"side-output\"\nlate_path = \"{}\"", late.display());
-    let extra = format!(
-        "[sink]\nplugin = \"{}\"\ngrants.dirs = [{{ host = \"{}\", guest = \"/out\", writable = true }}]\n\
-         [checkpoint]\nlocation = \"{}\"",
-        component("jsonl_file_sink").display(),
-        windows.display(),
-        dir.path().join("checkpoint").display(),
-    );
+    let extra =
+        format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
     let p = pipeline(dir.path(), Spec { window: TUMBLING, watermark: &watermark, extra: &extra, ..Default::default() });
     // Batches of up to 1 000 records: about 200, the last one the end-of-input flush; enough
     // that the kills below land at 60 moments spread over the whole run.
@@ -90,14 +85,7 @@ fn output_is_identical_after_repeated_kill_9() {
     eprintln!("{kills} kills");
     assert!(kills >= 20, "only {kills} kills landed");
 
-    let mut files: Vec<_> = std::fs::read_dir(&windows).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let mut rows = Vec::new();
-    for f in &files {
-        let name = f.file_name().unwrap().to_string_lossy().to_string();
-        assert!(name.starts_with("batch-") && name.ends_with(".jsonl"), "stray file {name}");
-        rows.extend(json_lines(&std::fs::read_to_string(f).unwrap()));
-    }
+    let rows = sink_rows(&windows);
     assert_eq!(windows_of(&rows), windows_of(&expected));
     assert_eq!(rows, expected, "same rows in the same order");
     let (_, dropped) = kept_orders(&events);

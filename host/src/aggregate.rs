@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::FxHashMap;
 
 use crate::pipeline::OutputMode;
-use crate::plugin::{Aggregator, EventBatch, PluginError};
+use crate::plugin::{AggregateFns, EventBatch, PluginError};
 use crate::state::{StateError, StateStore, time_from_key, time_key};
 use crate::window::{Interval, Panes, WindowSpec, merge_sessions};
 
@@ -32,46 +32,6 @@ pub struct WindowAcc {
     pub end: i64,
     pub key: Vec<u8>,
     pub acc: Vec<u8>,
-}
-
-/// The aggregate's batched calls, as the window operators make them. The Wasm aggregator is
-/// the implementation pipelines use; native ones serve tests and native baselines.
-pub trait AggregateFns {
-    /// See `accumulate` in `wit/plugin.wit`.
-    fn accumulate(
-        &mut self,
-        accs: &[Vec<u8>],
-        events: &EventBatch,
-        members: &[u32],
-        group_ends: &[u32],
-    ) -> Result<Vec<Vec<u8>>, PluginError>;
-    /// See `merge` in `wit/plugin.wit`.
-    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError>;
-    /// See `finish` in `wit/plugin.wit`.
-    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError>;
-    /// The stage name, for errors.
-    fn stage(&self) -> &str;
-}
-
-impl AggregateFns for Aggregator {
-    fn accumulate(
-        &mut self,
-        accs: &[Vec<u8>],
-        events: &EventBatch,
-        members: &[u32],
-        group_ends: &[u32],
-    ) -> Result<Vec<Vec<u8>>, PluginError> {
-        Aggregator::accumulate(self, accs, events, members, group_ends)
-    }
-    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
-        Aggregator::merge(self, accs, group_ends)
-    }
-    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
-        Aggregator::finish(self, accs)
-    }
-    fn stage(&self) -> &str {
-        Aggregator::stage(self)
-    }
 }
 
 pub trait WindowOperator {

@@ -1,8 +1,8 @@
 //! Turns the windows leaving a batch into result rows: one `finish` call for all of them, then
 //! each row gets its window (and key) spliced in front of the plugin's own fields.
 
-use crate::aggregate::{AggregateFns, WindowAcc};
-use crate::plugin::PluginError;
+use crate::aggregate::WindowAcc;
+use crate::plugin::{AggregateFns, PluginError};
 use crate::sink::{Rows, RowsExt};
 
 #[derive(Debug, thiserror::Error)]

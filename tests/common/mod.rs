@@ -190,3 +190,25 @@ pub fn windows_of(rows: &[serde_json::Value]) -> Windows {
     }
     w
 }
+
+/// `[sink]` TOML for the JSON-lines file sink writing into `dir`.
+pub fn file_sink(dir: &Path) -> String {
+    format!(
+        "[sink]\nplugin = \"{}\"\ngrants.dirs = [{{ host = \"{}\", guest = \"/out\", writable = true }}]\n",
+        component("jsonl_file_sink").display(),
+        dir.display()
+    )
+}
+
+/// The rows the file sink committed into `dir`, in batch order; panics on a stray file.
+pub fn sink_rows(dir: &Path) -> Vec<serde_json::Value> {
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    let mut rows = Vec::new();
+    for f in &files {
+        let name = f.file_name().unwrap().to_string_lossy().to_string();
+        assert!(name.starts_with("batch-") && name.ends_with(".jsonl"), "stray file {name}");
+        rows.extend(json_lines(&std::fs::read_to_string(f).unwrap()));
+    }
+    rows
+}

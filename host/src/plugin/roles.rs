@@ -112,6 +112,26 @@ impl Transformer {
     }
 }
 
+/// The aggregator's batched calls (`wit/plugin.wit`), as the window operators make them. The
+/// Wasm aggregator implements them for pipelines; native implementations serve tests and
+/// native baselines.
+pub trait AggregateFns {
+    /// Folds group `g`'s events (`events[members[k]]`, `k` in its range) into `accs[g]`.
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        group_ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// One accumulator per run of accumulators.
+    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// One result row (a JSON object, or empty for none) per accumulator.
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError>;
+    /// The stage name, for errors.
+    fn stage(&self) -> &str;
+}
+
 /// An aggregator stage.
 pub struct Aggregator(Sandbox<AggregatorRole>);
 
@@ -119,8 +139,10 @@ impl Aggregator {
     pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
+}
 
-    pub fn accumulate(
+impl AggregateFns for Aggregator {
+    fn accumulate(
         &mut self,
         accs: &[Vec<u8>],
         events: &EventBatch,
@@ -135,19 +157,19 @@ impl Aggregator {
         Ok(out)
     }
 
-    pub fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_merge(s, accs, group_ends))?;
         check_count(self.0.stage(), "merge", out.len(), group_ends.len())?;
         Ok(out)
     }
 
-    pub fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_finish(s, accs))?;
         check_count(self.0.stage(), "finish", out.len(), accs.len())?;
         Ok(out)
     }
 
-    pub fn stage(&self) -> &str {
+    fn stage(&self) -> &str {
         self.0.stage()
     }
 }
