@@ -304,3 +304,20 @@ fn a_processing_time_trigger_gives_the_same_windows() {
     let rows = sink_rows(&dir.path().join("w"));
     assert_eq!(rows, available_now);
 }
+
+#[test]
+fn a_component_built_for_another_wit_version_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 1_000, 1);
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    let text = std::fs::read_to_string(&p).unwrap();
+    let parser = component("orders_json").display().to_string();
+    std::fs::write(&p, text.replace(&parser, &component("wit_v2_parser").display().to_string())).unwrap();
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("weir:plugin@0.2.0") && err.contains("weir:plugin@0.1.x") && err.contains("wit_v2_parser.wasm"),
+        "{err}"
+    );
+}

@@ -11,8 +11,9 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Plugins built to components, by crate name.
-const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink"];
+/// Plugins built to components, by crate name: the examples, then the adversarial ones the
+/// tests load (`tests/plugins/`). All land in `plugins/dist/`.
+const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink", "wit-v2-parser"];
 
 fn main() -> Result<()> {
     // At run time, not `env!`: checkouts that share a target directory share one xtask binary.
