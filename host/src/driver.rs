@@ -131,7 +131,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
     let dead = SideOutput::open(&dead_path, cp.dead_letters_len)?;
 
-    let mut window = match &pipeline.windowed {
+    let window = match &pipeline.windowed {
         None => None,
         Some(w) => {
             let mut watermark = Watermark::new(w.time.delay_ms, w.time.idle_timeout);
@@ -144,7 +144,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
             })
         }
     };
-    let late = match window.as_mut().map(|w| &w.cfg.time) {
+    let late = match window.as_ref().map(|w| &w.cfg.time) {
         Some(t) if t.late == LatePolicy::SideOutput => {
             let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
             Some(SideOutput::open(&path, cp.late_len)?)
