@@ -22,9 +22,10 @@ impl Parser for Orders {
 
     fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
         let order: Order = record.json()?;
-        let user = order.user_id.map(|u| u.to_string());
-        let key = if self.key_by_user { user.as_deref().map(str::as_bytes) } else { None };
-        out.emit_json(order.order_ts, key, record.value)
+        match order.user_id.filter(|_| self.key_by_user) {
+            Some(user) => out.emit_json(order.order_ts, Some(user.to_string().as_bytes()), record.value),
+            None => out.emit_json(order.order_ts, None, record.value),
+        }
     }
 }
 
