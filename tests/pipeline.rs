@@ -222,22 +222,28 @@ config = {{ keep = ["ERROR"] }}
 
 #[test]
 fn a_component_that_does_not_play_its_role_is_refused_at_start_up() {
-    let dir = tempfile::tempdir().unwrap();
-    let events = orders(dir.path(), 1_000, 1);
-    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
-    let text = std::fs::read_to_string(&p).unwrap();
-    let agg = component("error_rate").display().to_string();
-    std::fs::write(&p, text.replace(&agg, &component("status_filter").display().to_string())).unwrap();
-    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_with("error_rate", "status_filter");
     assert!(
         err.contains("test/aggregate")
             && err.contains("cannot be the aggregator")
             && err.contains("status_filter.wasm"),
         "{err}"
     );
+}
+
+/// Runs the orders test pipeline with component `from` swapped for `to`; asserts it is refused
+/// before producing anything, and returns the error.
+fn refused_with(from: &str, to: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 1_000, 1);
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    let text = std::fs::read_to_string(&p).unwrap();
+    let (from, to) = (component(from).display().to_string(), component(to).display().to_string());
+    std::fs::write(&p, text.replace(&from, &to)).unwrap();
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Partition 1 runs 20 minutes behind partition 0. The watermark is the minimum over partitions,
@@ -307,15 +313,7 @@ fn a_processing_time_trigger_gives_the_same_windows() {
 
 #[test]
 fn a_component_built_for_another_wit_version_is_refused_by_name() {
-    let dir = tempfile::tempdir().unwrap();
-    let events = orders(dir.path(), 1_000, 1);
-    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
-    let text = std::fs::read_to_string(&p).unwrap();
-    let parser = component("orders_json").display().to_string();
-    std::fs::write(&p, text.replace(&parser, &component("wit_v2_parser").display().to_string())).unwrap();
-    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_with("orders_json", "wit_v2_parser");
     assert!(
         err.contains("weir:plugin@0.2.0") && err.contains("weir:plugin@0.1.x") && err.contains("wit_v2_parser.wasm"),
         "{err}"

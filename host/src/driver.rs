@@ -84,9 +84,10 @@ struct WindowStage {
     cfg: Windowed,
 }
 
-struct Run<'a> {
-    p: &'a Pipeline,
+struct Run {
     checkpoint: PathBuf,
+    /// Written into every checkpoint record; fixed for the run.
+    fingerprint: String,
     source: ReplaySource,
     source_name: String,
     parser: Parser,
@@ -119,7 +120,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         }
     };
     let cp = restored.clone().unwrap_or(Checkpoint {
-        fingerprint: fp,
+        fingerprint: fp.clone(),
         next_batch: 0,
         source: ReplayPosition::default(),
         watermark: watermark::Saved { current: watermark::NONE, partitions: Vec::new() },
@@ -158,8 +159,8 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     };
     let source = ReplaySource::open(&pipeline.source.path, pipeline.source.format, cp.source)?;
     let mut run = Run {
-        p: pipeline,
         checkpoint: opts.checkpoint.clone(),
+        fingerprint: fp,
         source_name: source.path().display().to_string(),
         source,
         parser: Parser::new(runtime, pipeline.parse.clone())?,
@@ -210,7 +211,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     Ok(progress.finish(started.elapsed(), run.window.as_ref().map(|w| w.watermark.current())))
 }
 
-impl Run<'_> {
+impl Run {
     fn batch(&mut self, batch_id: u64, batch: SourceBatch, flush: bool) -> Result<BatchProgress, RunError> {
         let mut report = BatchProgress { batch_id, input_rows: batch.len() + batch.bad.len(), ..Default::default() };
         let mut d = Durations::default();
@@ -317,7 +318,7 @@ impl Run<'_> {
 
         let t = Instant::now();
         let cp = Checkpoint {
-            fingerprint: fingerprint(self.p),
+            fingerprint: self.fingerprint.clone(),
             next_batch: batch_id + 1,
             source: self.source.position(),
             watermark: self.window.as_ref().map(|w| w.watermark.save()).unwrap_or_default(),
