@@ -16,6 +16,10 @@ pub struct Record<'a> {
     pub key: Option<&'a [u8]>,
     /// The source timestamp in epoch milliseconds, if the source has one.
     pub timestamp: Option<i64>,
+    /// The partition the record was read from (Kafka partition; 0 for an unpartitioned file).
+    pub partition: i32,
+    /// The record's offset in its partition (Kafka offset; the line index in a file).
+    pub offset: i64,
     headers: &'a [types::Header],
 }
 
@@ -146,7 +150,7 @@ pub(crate) struct RawBatchView<'a> {
 impl<'a> RawBatchView<'a> {
     pub(crate) fn new(b: &'a types::RawBatch) -> Result<Self, PluginError> {
         let n = b.value_ends.len();
-        if b.key_ends.len() != n || b.timestamps.len() != n {
+        if b.key_ends.len() != n || b.timestamps.len() != n || b.partitions.len() != n || b.offsets.len() != n {
             return Err(PluginError::Internal("raw batch columns differ in length".into()));
         }
         check_ends(&b.value_ends, b.values.len(), "values")?;
@@ -175,6 +179,8 @@ impl<'a> RawBatchView<'a> {
             value: &b.values[span(&b.value_ends, i)],
             key: (!key.is_empty()).then_some(key),
             timestamp: (ts >= 0).then_some(ts),
+            partition: b.partitions[i],
+            offset: b.offsets[i],
             headers: &hs[..mine],
         }
     }

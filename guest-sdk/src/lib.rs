@@ -49,7 +49,7 @@ pub use wit_bindgen as __wit_bindgen;
 pub mod __bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.1.0",
+        world: "weir:plugin/plugin@0.2.0",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         runtime_path: "::weir_guest::__wit_bindgen::rt",

@@ -1,30 +1,35 @@
-//! The micro-batch loop. Per batch: read (source) → parse → transform → judge lateness and
-//! accumulate (window, aggregate) → advance the watermark → emit → deliver (sink) → checkpoint.
+//! The trigger loop. Per batch: plan and read (source; the plan goes to the offsets log) →
+//! parse → transform → judge lateness and accumulate (window, aggregate) → advance the watermark
+//! → emit → deliver (sink) → commit (state, then the commits log).
 //!
-//! Exactly-once rests on three facts: a batch is a pure function of the checkpoint it starts
-//! from (same records, same watermark, same batch id, so the same rows); the sink dedupes on the
-//! batch id; and the state, the source position, the watermark and the side-output lengths are
-//! committed in one atomic write after the sink accepted the batch. A crash anywhere re-runs the
-//! uncommitted batch from the last checkpoint.
+//! Exactly-once rests on three facts: a batch is a pure function of its plan and the state it
+//! starts from (same records, same watermark, same idleness, same batch id, so the same rows);
+//! the sink dedupes on the batch id; and the state, the source position, the watermark and the
+//! side-output lengths are committed in one atomic write after the sink accepted the batch. A
+//! crash anywhere re-runs the planned, uncommitted batch from the last checkpoint.
+//!
+//! Continuous mode (stateless pipelines) skips the plan: records go through as they arrive and
+//! the position is committed every `checkpoint_interval`, so a crash re-delivers at most that
+//! interval's records (at-least-once).
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Instant;
-
-use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::aggregate::{AggregateError, WindowOperator};
+use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, now_ms};
 use crate::emit::EmitError;
-use crate::pipeline::{LatePolicy, Pipeline, Trigger, Windowed};
+use crate::pipeline::{LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
 use crate::plugin::{Aggregator, EventBatch, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
 use crate::progress::{BatchProgress, Durations, Progress, Summary};
 use crate::side_output::{DeadLetter, LateEvent, SideOutput, SideOutputError};
-use crate::sink::{LineSink, RowSink, Rows, SinkError, WasmSink};
-use crate::source::{ReplayPosition, ReplaySource, SourceBatch, SourceError};
+use crate::sink::{KafkaSink, LineSink, RowSink, Rows, SinkError, WasmSink};
+use crate::source::{KafkaError, Limit, Offsets, Source, SourceBatch, SourceError};
 use crate::state::{StateError, StateStore};
-use crate::watermark::{self, Watermark};
+use crate::watermark::{self, PartitionId, Watermark};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
@@ -42,14 +47,27 @@ pub enum RunError {
     Sink(#[from] SinkError),
     #[error(transparent)]
     SideOutput(#[from] SideOutputError),
-    #[error("checkpoint {}: {message}", dir.display())]
-    Checkpoint { dir: PathBuf, message: String },
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
 }
 
-/// Where rows go: the pipeline's `[sink]` (or the console without one), or a writer.
+impl RunError {
+    /// The run was asked to stop (SIGTERM) while waiting: not a failure.
+    fn is_stop(&self) -> bool {
+        matches!(
+            self,
+            RunError::Source(SourceError::Kafka(KafkaError::Stopped))
+                | RunError::Sink(SinkError::Kafka(KafkaError::Stopped))
+        )
+    }
+}
+
+/// Where rows go: the pipeline's `[sink]` (or the console without one), a writer, or a sink
+/// of the caller's (`weir demo`'s console).
 pub enum Output {
     Pipeline,
-    Lines(Box<dyn Write>),
+    Lines(Box<dyn Write + Send>),
+    Sink(Box<dyn RowSink + Send>),
 }
 
 /// How to run a pipeline; `weir test` overrides the source, the sink and the checkpoint.
@@ -58,23 +76,14 @@ pub struct RunOptions {
     pub checkpoint: PathBuf,
     pub dead_letters: Option<PathBuf>,
     pub progress: Progress,
-}
-
-/// What a checkpoint records after each committed batch.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Checkpoint {
-    /// What the state was computed by; a checkpoint of another pipeline is refused.
-    fingerprint: String,
-    next_batch: u64,
-    source: ReplayPosition,
-    watermark: watermark::Saved,
-    dead_letters_len: u64,
-    late_len: u64,
+    /// Raised (by SIGTERM or Ctrl-C) to end the run after the current batch, or to abandon a
+    /// batch that is waiting for a broker. Either way the run returns normally.
+    pub stop: Arc<AtomicBool>,
 }
 
 fn fingerprint(p: &Pipeline) -> String {
     let window = p.windowed.as_ref().map(|w| format!("{:?}/{:?}", w.window, w.output));
-    format!("source={} window={}", p.source.path.display(), window.unwrap_or_else(|| "none".into()))
+    format!("source={} window={}", p.source.kind.identity(), window.unwrap_or_else(|| "none".into()))
 }
 
 struct WindowStage {
@@ -85,11 +94,8 @@ struct WindowStage {
 }
 
 struct Run {
-    checkpoint: PathBuf,
-    /// Written into every checkpoint record; fixed for the run.
-    fingerprint: String,
-    source: ReplaySource,
-    source_name: String,
+    checkpoint: CheckpointDir,
+    source: Source,
     parser: Parser,
     transforms: Vec<Transformer>,
     window: Option<WindowStage>,
@@ -99,44 +105,42 @@ struct Run {
     late: Option<SideOutput>,
 }
 
-/// Runs `pipeline` until its input ends (a replay is bounded) and returns the totals.
+/// Runs `pipeline` until its input ends (bounded triggers) or `opts.stop` is raised, and
+/// returns the totals.
 pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
-    let state = StateStore::open(&opts.checkpoint.join("state"))?;
-    let cp_err = |message: String| RunError::Checkpoint { dir: opts.checkpoint.clone(), message };
-    let fp = fingerprint(pipeline);
-    let restored: Option<Checkpoint> = match state.meta()? {
+    let meta = Metadata { pipeline: pipeline.name.clone(), fingerprint: fingerprint(pipeline) };
+    let checkpoint = CheckpointDir::open(&opts.checkpoint, &meta)?;
+    let state = StateStore::open(&checkpoint.state_dir())?;
+    let restored: Option<StateMeta> = match state.meta()? {
         None => None,
-        Some(bytes) => {
-            let cp: Checkpoint =
-                serde_json::from_slice(&bytes).map_err(|e| cp_err(format!("unreadable checkpoint record: {e}")))?;
-            if cp.fingerprint != fp {
-                return Err(cp_err(format!(
-                    "was written by another pipeline ({}); this one is {fp}. Use a new checkpoint.location",
-                    cp.fingerprint
-                )));
-            }
-            Some(cp)
-        }
+        Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| CheckpointError {
+            path: checkpoint.state_dir(),
+            message: format!("unreadable record of the last committed batch: {e}"),
+        })?),
     };
-    let cp = restored.clone().unwrap_or(Checkpoint {
-        fingerprint: fp.clone(),
-        next_batch: 0,
-        source: ReplayPosition::default(),
-        watermark: watermark::Saved { current: watermark::NONE, partitions: Vec::new() },
-        dead_letters_len: 0,
-        late_len: 0,
-    });
+    let mut batch_id = restored.as_ref().map_or(0, |m| m.next_batch);
+    // The state commit is the point of no return; a crash before the commits log entry leaves
+    // only that entry to write.
+    if let Some(last) = batch_id.checked_sub(1)
+        && checkpoint.committed(last)?.is_none()
+    {
+        let watermark = restored.as_ref().map(|m| m.watermark.current);
+        checkpoint.commit(&Committed { batch_id: last, watermark, rows_out: 0, committed_at_ms: now_ms() })?;
+    }
+    let mut rerun = checkpoint.planned(batch_id)?;
 
     let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
     let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
-    let dead = SideOutput::open(&dead_path, cp.dead_letters_len)?;
+    let dead = SideOutput::open(&dead_path, restored.as_ref().map_or(0, |m| m.dead_letters_len))?;
 
     let window = match &pipeline.windowed {
         None => None,
         Some(w) => {
             let mut watermark = Watermark::new(w.time.delay_ms, w.time.idle_timeout);
-            watermark.restore(&cp.watermark, Instant::now());
+            if let Some(m) = &restored {
+                watermark.restore(&m.watermark, Instant::now());
+            }
             Some(WindowStage {
                 op: crate::aggregate::operator(w.window, w.time.allowed_lateness_ms),
                 agg: Aggregator::new(runtime, w.aggregate.clone())?,
@@ -148,20 +152,23 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let late = match window.as_ref().map(|w| &w.cfg.time) {
         Some(t) if t.late == LatePolicy::SideOutput => {
             let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
-            Some(SideOutput::open(&path, cp.late_len)?)
+            Some(SideOutput::open(&path, restored.as_ref().map_or(0, |m| m.late_len))?)
         }
         _ => None,
     };
+    let continuous = matches!(pipeline.trigger, Trigger::Continuous { .. });
     let sink: Box<dyn RowSink> = match (opts.output, &pipeline.sink) {
         (Output::Lines(w), _) => Box::new(LineSink(w)),
-        (Output::Pipeline, Some(spec)) => Box::new(WasmSink(Sink::new(runtime, spec.clone())?)),
+        (Output::Sink(s), _) => s,
+        (Output::Pipeline, Some(SinkConfig::Wasm(spec))) => Box::new(WasmSink(Sink::new(runtime, spec.clone())?)),
+        (Output::Pipeline, Some(SinkConfig::Kafka(k))) => {
+            Box::new(KafkaSink::open(k, continuous, opts.stop.clone()).map_err(SinkError::Kafka)?)
+        }
         (Output::Pipeline, None) => Box::new(LineSink(Box::new(std::io::stdout()))),
     };
-    let source = ReplaySource::open(&pipeline.source.path, pipeline.source.format, cp.source)?;
+    let source = Source::open(&pipeline.source, restored.as_ref().map(|m| &m.source), opts.stop.clone())?;
     let mut run = Run {
-        checkpoint: opts.checkpoint.clone(),
-        fingerprint: fp,
-        source_name: source.path().display().to_string(),
+        checkpoint,
         source,
         parser: Parser::new(runtime, pipeline.parse.clone())?,
         transforms: pipeline
@@ -176,43 +183,185 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         late,
     };
     if restored.is_some() {
-        tracing::info!(batch = cp.next_batch, "resuming {} from its checkpoint", pipeline.name);
+        let again = if rerun.is_some() { " (re-running its last planned batch)" } else { "" };
+        tracing::info!(batch = batch_id, "resuming {} from its checkpoint{again}", pipeline.name);
     }
     let mut progress = opts.progress;
-    let mut batch_id = cp.next_batch;
-    let mut next_start = Instant::now();
-    loop {
-        if let Trigger::ProcessingTime { interval } = pipeline.trigger {
-            let now = Instant::now();
-            if next_start > now {
-                std::thread::sleep(next_start - now);
-            }
-            next_start = Instant::now() + interval;
+    let stop = opts.stop;
+    let result = match pipeline.trigger {
+        Trigger::Continuous { checkpoint_interval } => {
+            run.continuous(&mut batch_id, pipeline.source.max_offsets_per_trigger, checkpoint_interval, &stop, &mut progress)
         }
-        let limit = match pipeline.trigger {
-            Trigger::Once => usize::MAX,
-            _ => batch_size(batch_id, pipeline.source.max_offsets_per_trigger),
-        };
-        let t0 = Instant::now();
-        let batch = run.source.next_batch(limit)?;
-        let read = t0.elapsed();
-        let end_of_input = batch.is_empty();
-        let flush = end_of_input
-            && run.window.as_ref().is_some_and(|w| w.cfg.time.flush_at_end && w.watermark.current() != i64::MAX);
-        if end_of_input && !flush {
-            break;
-        }
-        let mut report = run.batch(batch_id, batch, flush)?;
-        report.durations.read_ms = read.as_secs_f64() * 1e3;
-        report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
-        progress.batch(&report);
-        batch_id += 1;
+        _ => run.micro_batches(pipeline, &mut batch_id, &mut rerun, &stop, &mut progress),
+    };
+    match result {
+        Err(e) if e.is_stop() => tracing::info!("{}: stopped while waiting; the batch re-runs on restart", pipeline.name),
+        other => other?,
     }
     Ok(progress.finish(started.elapsed(), run.window.as_ref().map(|w| w.watermark.current())))
 }
 
+/// Sleeps for `d` unless `stop` is raised first.
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= until {
+            break;
+        }
+        std::thread::sleep((until - now).min(Duration::from_millis(50)));
+    }
+}
+
 impl Run {
-    fn batch(&mut self, batch_id: u64, batch: SourceBatch, flush: bool) -> Result<BatchProgress, RunError> {
+    fn micro_batches(
+        &mut self,
+        pipeline: &Pipeline,
+        batch_id: &mut u64,
+        rerun: &mut Option<Planned>,
+        stop: &AtomicBool,
+        progress: &mut Progress,
+    ) -> Result<(), RunError> {
+        let mut next_start = Instant::now();
+        let bounded = matches!(pipeline.trigger, Trigger::Once | Trigger::AvailableNow)
+            || matches!(pipeline.source.kind, SourceKind::Replay { .. });
+        while !stop.load(Ordering::Relaxed) {
+            if let Trigger::ProcessingTime { interval } = pipeline.trigger {
+                let now = Instant::now();
+                if next_start > now {
+                    sleep_unless(stop, next_start - now);
+                }
+                next_start = Instant::now() + interval;
+            }
+            let t0 = Instant::now();
+            let (batch, plan) = match rerun.take() {
+                Some(plan) => (self.source.read_until(&plan.end)?, plan),
+                None => {
+                    let records = match pipeline.trigger {
+                        Trigger::Once => usize::MAX,
+                        _ => batch_size(*batch_id, pipeline.source.max_offsets_per_trigger),
+                    };
+                    let start = self.source.offsets();
+                    let idle = self.window.as_ref().map(|w| w.watermark.idle(Instant::now())).unwrap_or_default();
+                    let (batch, flush) = match self.source.next_batch(Limit { records, bounded })? {
+                        Some(b) if b.is_empty() => continue,
+                        Some(b) => (b, false),
+                        None => {
+                            let flush = self.window.as_ref().is_some_and(|w| {
+                                w.cfg.time.flush_at_end && w.watermark.current() != i64::MAX
+                            });
+                            if !flush {
+                                break;
+                            }
+                            (SourceBatch::default(), true)
+                        }
+                    };
+                    let end = self.source.offsets();
+                    let plan = Planned { batch_id: *batch_id, start, end, idle, flush, planned_at_ms: now_ms() };
+                    self.checkpoint.plan(&plan)?;
+                    (batch, plan)
+                }
+            };
+            let read = t0.elapsed();
+            let (rows, mut report) = self.process(*batch_id, &batch, plan.flush, &plan.idle)?;
+            let t = Instant::now();
+            self.sink.deliver(*batch_id, &rows)?;
+            report.durations.sink_ms = ms(t);
+            let t = Instant::now();
+            self.commit(*batch_id, plan.end, &report)?;
+            report.durations.commit_ms = ms(t);
+            report.durations.read_ms = read.as_secs_f64() * 1e3;
+            report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            progress.batch(&report);
+            *batch_id += 1;
+        }
+        Ok(())
+    }
+
+    /// Continuous mode: what has arrived, at once; the position committed on an interval.
+    fn continuous(
+        &mut self,
+        batch_id: &mut u64,
+        max: usize,
+        interval: Duration,
+        stop: &AtomicBool,
+        progress: &mut Progress,
+    ) -> Result<(), RunError> {
+        let mut since = BatchProgress { batch_id: *batch_id, ..Default::default() };
+        let mut last_commit = Instant::now();
+        let mut ended = false;
+        while !stop.load(Ordering::Relaxed) && !ended {
+            let t0 = Instant::now();
+            let batch = match &mut self.source {
+                Source::Kafka(k) => k.poll_available(max, Duration::from_millis(50)).map_err(SourceError::from)?,
+                other => match other.next_batch(Limit { records: max, bounded: true })? {
+                    Some(b) => b,
+                    None => {
+                        ended = true;
+                        SourceBatch::default()
+                    }
+                },
+            };
+            if !batch.is_empty() {
+                let (rows, report) = self.process(*batch_id, &batch, false, &[])?;
+                self.sink.deliver(*batch_id, &rows)?;
+                *batch_id += 1;
+                since.input_rows += report.input_rows;
+                since.events += report.events;
+                since.dead_letters += report.dead_letters;
+                since.rows_out += report.rows_out;
+                since.durations.total_ms += ms(t0);
+            }
+            if last_commit.elapsed() >= interval || ended || stop.load(Ordering::Relaxed) {
+                if since.input_rows > 0 {
+                    let last = *batch_id - 1;
+                    self.commit(last, self.source.offsets(), &since)?;
+                    since.batch_id = last;
+                    progress.batch(&since);
+                }
+                since = BatchProgress { batch_id: *batch_id, ..Default::default() };
+                last_commit = Instant::now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes batch `batch_id` durable: side outputs, then the state with the source position
+    /// (the point of no return), then the commits log and the group offsets.
+    fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
+        let meta = StateMeta {
+            next_batch: batch_id + 1,
+            source: end,
+            watermark: self.window.as_ref().map(|w| w.watermark.save()).unwrap_or_default(),
+            dead_letters_len: self.dead.flush()?,
+            late_len: match self.late.as_mut() {
+                Some(l) => l.flush()?,
+                None => 0,
+            },
+        };
+        let bytes = serde_json::to_vec(&meta).map_err(|e| CheckpointError {
+            path: self.checkpoint.state_dir(),
+            message: format!("cannot encode the batch record: {e}"),
+        })?;
+        self.state.commit(&bytes)?;
+        self.checkpoint.commit(&Committed {
+            batch_id,
+            watermark: report.watermark,
+            rows_out: report.rows_out,
+            committed_at_ms: now_ms(),
+        })?;
+        self.source.committed(&meta.source);
+        Ok(())
+    }
+
+    /// Everything between reading and delivering: parse, transform, window, emit.
+    fn process(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        flush: bool,
+        idle: &[PartitionId],
+    ) -> Result<(Rows, BatchProgress), RunError> {
         let mut report = BatchProgress { batch_id, input_rows: batch.len() + batch.bad.len(), ..Default::default() };
         let mut d = Durations::default();
 
@@ -222,7 +371,7 @@ impl Run {
                 stage: "source",
                 kind: "malformed",
                 error: &bad.error,
-                source: &self.source_name,
+                source: &self.source.stream_name(bad.position.stream),
                 partition: bad.position.partition,
                 offset: bad.position.offset,
                 line: bad.position.line,
@@ -236,7 +385,7 @@ impl Run {
         d.parse_ms = ms(t);
         let mut events = match out {
             Some(out) => {
-                report.dead_letters += self.dead_letters(batch_id, "parse", &batch, &out.errors, None)?;
+                report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
                 out.events
             }
             None => EventBatch::default(),
@@ -249,7 +398,7 @@ impl Run {
             }
             let out = self.transforms[i].transform(&events)?;
             let stage = format!("transform[{i}]");
-            report.dead_letters += self.dead_letters(batch_id, &stage, &batch, &out.errors, Some(&events.origins))?;
+            report.dead_letters += self.dead_letters(batch_id, &stage, batch, &out.errors, Some(&events.origins))?;
             // Keep origins pointing at source records, whatever the number of transforms.
             let mut next = out.events;
             for o in next.origins.iter_mut() {
@@ -276,7 +425,7 @@ impl Run {
                         reason: "late: every window of this event had closed",
                         event_time: events.times[i],
                         watermark: in_force,
-                        source: &self.source_name,
+                        source: &self.source.stream_name(pos.stream),
                         partition: pos.partition,
                         offset: pos.offset,
                         line: pos.line,
@@ -290,19 +439,19 @@ impl Run {
 
             let t = Instant::now();
             let now = Instant::now();
-            let mut maxes: BTreeMap<i32, i64> = BTreeMap::new();
+            let mut maxes: BTreeMap<PartitionId, i64> = BTreeMap::new();
             for pos in &batch.positions {
-                maxes.entry(pos.partition).or_insert(watermark::NONE);
+                maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
             }
             for (i, &time) in events.times.iter().enumerate() {
-                let part = batch.positions[events.origins[i] as usize].partition;
-                let m = maxes.entry(part).or_insert(watermark::NONE);
+                let pos = batch.positions[events.origins[i] as usize];
+                let m = maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
                 *m = (*m).max(time);
             }
             for (part, max) in maxes {
                 w.watermark.observe(part, max, now);
             }
-            let advanced = if flush { w.watermark.flush() } else { w.watermark.advance(now) };
+            let advanced = if flush { w.watermark.flush() } else { w.watermark.advance(idle) };
             let windows = w.op.emit(in_force, advanced, w.cfg.output, &mut w.agg, &mut self.state)?;
             report.windows_emitted = crate::emit::finish(&windows, &mut w.agg, &mut rows)?;
             report.watermark = Some(advanced);
@@ -311,30 +460,9 @@ impl Run {
             rows = Rows { rows: events.rows, row_ends: events.row_ends };
         }
         report.rows_out = rows.row_ends.len();
-
-        let t = Instant::now();
-        self.sink.deliver(batch_id, &rows)?;
-        d.sink_ms = ms(t);
-
-        let t = Instant::now();
-        let cp = Checkpoint {
-            fingerprint: self.fingerprint.clone(),
-            next_batch: batch_id + 1,
-            source: self.source.position(),
-            watermark: self.window.as_ref().map(|w| w.watermark.save()).unwrap_or_default(),
-            dead_letters_len: self.dead.flush()?,
-            late_len: match self.late.as_mut() {
-                Some(l) => l.flush()?,
-                None => 0,
-            },
-        };
-        let meta = serde_json::to_vec(&cp)
-            .map_err(|e| RunError::Checkpoint { dir: self.checkpoint.clone(), message: e.to_string() })?;
-        self.state.commit(&meta)?;
-        d.commit_ms = ms(t);
         report.state_keys = self.state.estimated_keys();
         report.durations = d;
-        Ok(report)
+        Ok((rows, report))
     }
 
     /// Writes a stage's record errors as dead letters. `origins` maps the stage's input index to
@@ -356,7 +484,7 @@ impl Run {
                 stage,
                 kind: kind_name(e),
                 error: &e.message,
-                source: &self.source_name,
+                source: &self.source.stream_name(pos.stream),
                 partition: pos.partition,
                 offset: pos.offset,
                 line: pos.line,

@@ -2,11 +2,12 @@
 //!
 //! The modules follow the data's path:
 //! [`source`] → parse and transform (Wasm, via [`plugin`]) → [`watermark`] → [`window`] →
-//! [`aggregate`] (Wasm accumulators in [`state`]) → [`emit`] → [`sink`] → checkpoint (in
-//! [`driver`], with [`side_output`] for dead letters and late data). [`pipeline`] reads the
+//! [`aggregate`] (Wasm accumulators in [`state`]) → [`emit`] → [`sink`] → [`checkpoint`]. The
+//! [`driver`] runs that loop, with [`side_output`] for dead letters and late data. [`pipeline`] reads the
 //! pipeline file; [`progress`] reports; [`workload`] makes the reference workload.
 
 pub mod aggregate;
+pub mod checkpoint;
 pub mod driver;
 pub mod emit;
 pub mod pipeline;

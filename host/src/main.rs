@@ -4,13 +4,14 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
 use weir::driver::{self, Output, RunOptions};
-use weir::pipeline::{Pipeline, ReplayFormat, Trigger};
+use weir::pipeline::{Pipeline, ReplayFormat, SourceKind, StartingOffsets, Trigger};
 use weir::plugin::Runtime;
 use weir::progress::{Progress, Summary};
 
@@ -18,6 +19,8 @@ use weir::progress::{Progress, Summary};
 /// those to mmap or the heap depending on a threshold that moves with past frees, so throughput
 /// depended on the order of batch sizes (measured: 2.56M vs 2.05M events/s from one change to the
 /// first batches' sizes). mimalloc reuses such buffers either way.
+mod cli;
+
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -65,16 +68,72 @@ enum Command {
         #[command(subcommand)]
         what: GenWhat,
     },
-    /// Measure a pipeline's throughput over generated order events.
+    /// Measure a pipeline's throughput over generated order events, or with `--latency` a
+    /// continuous pipeline's end-to-end latency on an embedded broker.
     Bench {
-        /// The pipeline to measure.
-        #[arg(default_value = "plugins/orders-error-rate/pipeline.toml")]
-        pipeline: PathBuf,
+        /// The pipeline to measure (default: plugins/orders-error-rate/pipeline.toml, or
+        /// plugins/orders-alerts/pipeline.toml with --latency).
+        pipeline: Option<PathBuf>,
         /// How many events to generate.
         #[arg(long, default_value_t = 1_000_000)]
         events: u64,
         #[arg(long, default_value_t = 42)]
         seed: u64,
+        /// Measure latency (produce → output readable) instead of throughput.
+        #[arg(long)]
+        latency: bool,
+        /// With --latency: orders produced per second.
+        #[arg(long, default_value_t = 20_000)]
+        rate: u64,
+        /// With --latency: how long to produce.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+    },
+    /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
+    Inspect {
+        checkpoint: PathBuf,
+        /// How many recent batches to list.
+        #[arg(long, default_value_t = 10)]
+        batches: usize,
+    },
+    /// Capture a Kafka topic's records into the recorded-events format, for `weir test`.
+    Record {
+        /// Kafka brokers (bootstrap.servers).
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Start at the earliest record, the latest, or a timestamp (epoch ms).
+        #[arg(long, default_value = "earliest")]
+        from: String,
+        /// Stop after this many records.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Keep recording new records until Ctrl-C (default: stop at the end of the topic).
+        #[arg(long)]
+        follow: bool,
+        /// Extra librdkafka options, as NAME=VALUE (e.g. security.protocol=SSL).
+        #[arg(long = "kafka", value_name = "NAME=VALUE")]
+        kafka: Vec<String>,
+    },
+    /// The demo: an embedded Kafka broker, generated orders flowing into it, and the orders
+    /// error-rate pipeline reading them through the Wasm plugins, printing windows and alerts.
+    Demo {
+        /// The pipeline (its Kafka source is pointed at the embedded broker).
+        #[arg(default_value = "plugins/orders-error-rate/kafka.toml")]
+        pipeline: PathBuf,
+        /// Orders produced per second (1000 orders are one simulated second).
+        #[arg(long, default_value_t = 20_000)]
+        rate: u64,
+        /// Produce this many orders, wait until the pipeline has read them, and stop.
+        #[arg(long)]
+        events: Option<u64>,
+        /// Alert when a window's error rate is above this fraction.
+        #[arg(long, default_value_t = 0.05)]
+        threshold: f64,
     },
 }
 
@@ -108,7 +167,7 @@ fn real_main() -> Result<()> {
             let p = load(&pipeline)?;
             let checkpoint = checkpoint.unwrap_or_else(|| driver::default_checkpoint(&p, &pipeline));
             let progress = Progress::new(&p.name, progress_json, Some(Duration::from_secs(2)));
-            let opts = RunOptions { output: Output::Pipeline, checkpoint, dead_letters: None, progress };
+            let opts = RunOptions { output: Output::Pipeline, checkpoint, dead_letters: None, progress, stop: stop_on_signals()? };
             let summary = driver::run(&p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))?;
             eprintln!("{}", summary.render());
         }
@@ -149,9 +208,66 @@ fn real_main() -> Result<()> {
             };
             eprintln!("events={n} seed={seed} very_late={very_late}");
         }
-        Command::Bench { pipeline, events, seed } => bench(&pipeline, events, seed)?,
+        Command::Bench { pipeline, latency: false, events, seed, .. } => {
+            let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-error-rate/pipeline.toml".into());
+            bench(&pipeline, events, seed)?
+        }
+        Command::Bench { pipeline, latency: true, rate, seconds, .. } => {
+            let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
+            let args = cli::latency::LatencyArgs { pipeline: load(&pipeline)?, rate, seconds };
+            let l = cli::latency::measure(args, &runtime()?)?;
+            println!(
+                "latency produce → output readable, {} samples at {rate} orders/s: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                l.samples,
+                l.p50 as f64 / 1e3,
+                l.p99 as f64 / 1e3,
+                l.max as f64 / 1e3
+            );
+        }
+        Command::Inspect { checkpoint, batches } => print!("{}", cli::inspect::inspect(&checkpoint, batches)?),
+        Command::Record { brokers, topic, out, from, max, follow, kafka } => {
+            let starting = match from.as_str() {
+                "earliest" => StartingOffsets::Earliest,
+                "latest" => StartingOffsets::Latest,
+                ms => StartingOffsets::Timestamp(
+                    ms.parse().with_context(|| format!("--from {ms}: use earliest, latest or epoch milliseconds"))?,
+                ),
+            };
+            let options = kafka
+                .iter()
+                .map(|kv| match kv.split_once('=') {
+                    Some((k, v)) => Ok((k.to_string(), v.to_string())),
+                    None => bail!("--kafka {kv}: write NAME=VALUE"),
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let args = cli::record::RecordArgs { brokers, topic, starting, max, follow, options };
+            let stop = stop_on_signals()?;
+            let n = match &out {
+                Some(path) => {
+                    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+                    cli::record::record(&args, &mut BufWriter::new(f), stop)?
+                }
+                None => cli::record::record(&args, &mut BufWriter::new(std::io::stdout().lock()), stop)?,
+            };
+            eprintln!("recorded {n} records from {}", args.topic);
+        }
+        Command::Demo { pipeline, rate, events, threshold } => {
+            let args = cli::demo::DemoArgs { pipeline: load(&pipeline)?, rate, events, threshold };
+            cli::demo::demo(args, &runtime()?, stop_on_signals()?)?;
+        }
     }
     Ok(())
+}
+
+/// A flag raised by SIGTERM or Ctrl-C: the run finishes (or abandons) its batch and exits 0.
+/// A second signal exits at once, for when the first does not seem to work.
+fn stop_on_signals() -> Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT] {
+        signal_hook::flag::register_conditional_shutdown(sig, 130, stop.clone()).context("cannot handle signals")?;
+        signal_hook::flag::register(sig, stop.clone()).context("cannot handle signals")?;
+    }
+    Ok(stop)
 }
 
 fn load(path: &Path) -> Result<Pipeline> {
@@ -164,8 +280,7 @@ fn runtime() -> Result<Arc<Runtime>> {
 
 /// The pipeline, reading `events` in bounded batches as fast as it can (the replay of a test).
 fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
-    p.source.path = events.to_path_buf();
-    p.source.format = ReplayFormat::Auto;
+    p.source.kind = SourceKind::Replay { path: events.to_path_buf(), format: ReplayFormat::Auto };
     p.trigger = Trigger::AvailableNow;
     p
 }
@@ -174,7 +289,13 @@ fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
 fn run_once(p: &Pipeline, output: Output, dead_letters: Option<PathBuf>, progress_json: bool) -> Result<Summary> {
     let scratch = driver::scratch_checkpoint().context("cannot create a scratch checkpoint directory")?;
     let progress = Progress::new(&p.name, progress_json, Some(Duration::from_secs(2)));
-    let opts = RunOptions { output, checkpoint: scratch.path().to_path_buf(), dead_letters, progress };
+    let opts = RunOptions {
+        output,
+        checkpoint: scratch.path().to_path_buf(),
+        dead_letters,
+        progress,
+        stop: stop_on_signals()?,
+    };
     driver::run(p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))
 }
 

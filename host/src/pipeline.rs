@@ -60,7 +60,7 @@ struct PipelineFile {
     aggregate: Option<StageFile>,
     #[serde(default)]
     output: OutputFile,
-    sink: Option<StageFile>,
+    sink: Option<SinkFile>,
     checkpoint: Option<CheckpointFile>,
     dead_letter: Option<DeadLetterFile>,
 }
@@ -75,6 +75,62 @@ enum SourceFile {
         format: ReplayFormat,
         max_offsets_per_trigger: Option<usize>,
     },
+    /// Kafka topics (docs/kafka.md).
+    Kafka {
+        topics: Vec<String>,
+        /// Only these partitions, as "topic:partition"; default: all of each topic's.
+        partitions: Option<Vec<String>>,
+        #[serde(default)]
+        starting_offsets: StartingFile,
+        /// Start at the first record at or after this time (epoch ms) instead.
+        starting_timestamp: Option<i64>,
+        max_offsets_per_trigger: Option<usize>,
+        /// librdkafka options, e.g. `kafka.bootstrap.servers = "host:9092"`.
+        kafka: toml::Table,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum StartingFile {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+/// Where a Kafka source starts in a partition the checkpoint does not know yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartingOffsets {
+    Earliest,
+    Latest,
+    /// The first offset whose record's timestamp is at or after this (epoch ms).
+    Timestamp(i64),
+}
+
+/// `[sink]`: a Wasm sink plugin, or Weir's native Kafka sink.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SinkFile {
+    #[serde(rename = "type", default)]
+    kind: SinkKindFile,
+    plugin: Option<PathBuf>,
+    #[serde(default)]
+    config: toml::Table,
+    #[serde(default)]
+    grants: GrantsFile,
+    #[serde(default)]
+    limits: LimitsFile,
+    topic: Option<String>,
+    kafka: Option<toml::Table>,
+    transactional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum SinkKindFile {
+    #[default]
+    Wasm,
+    Kafka,
 }
 
 /// How a recorded-events file is laid out.
@@ -105,6 +161,7 @@ enum TriggerMode {
     ProcessingTime,
     Once,
     AvailableNow,
+    Continuous,
 }
 
 #[derive(Debug, Deserialize)]
@@ -230,13 +287,68 @@ pub enum Trigger {
     Once,
     /// Everything available now, in batches of `max_offsets_per_trigger`, then stop.
     AvailableNow,
+    /// Stateless pipelines: each record as soon as it arrives; offsets checkpointed every
+    /// `checkpoint_interval`. At-least-once (docs/semantics.md).
+    Continuous { checkpoint_interval: Duration },
 }
 
 #[derive(Debug, Clone)]
 pub struct SourceConfig {
-    pub path: PathBuf,
-    pub format: ReplayFormat,
+    pub kind: SourceKind,
     pub max_offsets_per_trigger: usize,
+}
+
+#[derive(Debug, Clone)]
+pub enum SourceKind {
+    Replay { path: PathBuf, format: ReplayFormat },
+    Kafka(KafkaSourceConfig),
+}
+
+impl SourceKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            SourceKind::Replay { .. } => "replay",
+            SourceKind::Kafka(_) => "kafka",
+        }
+    }
+
+    /// What the source reads, for the checkpoint's fingerprint.
+    pub fn identity(&self) -> String {
+        match self {
+            SourceKind::Replay { path, .. } => format!("replay:{}", path.display()),
+            SourceKind::Kafka(k) => format!("kafka:{}", k.topics.join(",")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSourceConfig {
+    pub topics: Vec<String>,
+    /// Explicit (topic, partition) assignment; `None`: every partition of each topic.
+    pub partitions: Option<Vec<(String, i32)>>,
+    pub starting: StartingOffsets,
+    /// librdkafka options, applied over Weir's defaults.
+    pub options: Vec<(String, String)>,
+    /// Group whose offsets Weir commits for lag monitoring: `kafka.group.id`, else `weir-NAME`.
+    pub group_id: String,
+}
+
+/// Where rows go.
+#[derive(Debug, Clone)]
+pub enum SinkConfig {
+    Wasm(StageSpec),
+    Kafka(KafkaSinkConfig),
+}
+
+#[derive(Debug, Clone)]
+pub struct KafkaSinkConfig {
+    pub topic: String,
+    pub options: Vec<(String, String)>,
+    /// One transaction per batch (exactly-once for `read_committed` consumers).
+    pub transactional: bool,
+    /// `kafka.transactional.id`, else `weir-NAME`: stable across restarts, so a restarted
+    /// pipeline fences its previous incarnation.
+    pub transactional_id: String,
 }
 
 /// Default batch size for a replay: large enough that per-call costs vanish, small enough that
@@ -271,7 +383,7 @@ pub struct Pipeline {
     pub parse: StageSpec,
     pub transforms: Vec<StageSpec>,
     pub windowed: Option<Windowed>,
-    pub sink: Option<StageSpec>,
+    pub sink: Option<SinkConfig>,
     pub checkpoint: Option<PathBuf>,
     pub dead_letter: Option<PathBuf>,
 }
@@ -341,13 +453,46 @@ fn build(
         Ok(StageSpec { name: format!("{name}/{key}"), component: rel(&s.plugin), config_json, dirs, limits })
     };
 
-    let SourceFile::Replay { path, format, max_offsets_per_trigger } = f.source;
+    let (kind, max_offsets_per_trigger) = match f.source {
+        SourceFile::Replay { path, format, max_offsets_per_trigger } => {
+            (SourceKind::Replay { path: rel(&path), format }, max_offsets_per_trigger)
+        }
+        SourceFile::Kafka { topics, partitions, starting_offsets, starting_timestamp, max_offsets_per_trigger, kafka } => {
+            let options = kafka_options("source.kafka", kafka, invalid)?;
+            if topics.is_empty() || topics.iter().any(String::is_empty) {
+                return Err(invalid("source.topics", "name at least one topic, e.g. topics = [\"orders\"]".into()));
+            }
+            let partitions = match partitions {
+                None => None,
+                Some(list) => Some(
+                    list.iter()
+                        .map(|tp| {
+                            let parsed = tp.rsplit_once(':').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?)));
+                            match parsed {
+                                Some((t, p)) if topics.contains(&t) => Ok((t, p)),
+                                _ => Err(invalid(
+                                    "source.partitions",
+                                    format!("`{tp}`: write \"topic:partition\" with a topic from source.topics"),
+                                )),
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            let starting = match (starting_timestamp, starting_offsets) {
+                (Some(ms), _) => StartingOffsets::Timestamp(ms),
+                (None, StartingFile::Earliest) => StartingOffsets::Earliest,
+                (None, StartingFile::Latest) => StartingOffsets::Latest,
+            };
+            let group_id = option(&options, "group.id").unwrap_or_else(|| format!("weir-{}", name));
+            (SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }), max_offsets_per_trigger)
+        }
+    };
     if max_offsets_per_trigger == Some(0) {
         return Err(invalid("source.max_offsets_per_trigger", "must be at least 1".into()));
     }
     let source = SourceConfig {
-        path: rel(&path),
-        format,
+        kind,
         max_offsets_per_trigger: max_offsets_per_trigger.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER),
     };
 
@@ -355,10 +500,16 @@ fn build(
         (TriggerMode::ProcessingTime, interval) => {
             Trigger::ProcessingTime { interval: interval.map_or(Duration::ZERO, |d| d.0) }
         }
+        (TriggerMode::Continuous, interval) => {
+            Trigger::Continuous { checkpoint_interval: interval.map_or(Duration::from_secs(1), |d| d.0) }
+        }
         (TriggerMode::Once, None) => Trigger::Once,
         (TriggerMode::AvailableNow, None) => Trigger::AvailableNow,
         (_, Some(_)) => {
-            return Err(invalid("trigger.interval", "only for mode = \"processing-time\"; remove it".into()));
+            return Err(invalid(
+                "trigger.interval",
+                "only for mode = \"processing-time\" or \"continuous\"; remove it".into(),
+            ));
         }
     };
 
@@ -408,6 +559,19 @@ fn build(
         }
     };
 
+    if matches!(trigger, Trigger::Continuous { .. }) && windowed.is_some() {
+        return Err(invalid(
+            "trigger.mode",
+            "\"continuous\" runs stateless pipelines (parse, transform, sink); a windowed pipeline needs \
+             \"processing-time\", \"once\" or \"available-now\""
+                .into(),
+        ));
+    }
+    let sink = match f.sink {
+        None => None,
+        Some(s) => Some(sink_config(s, &name, matches!(trigger, Trigger::Continuous { .. }), &stage, invalid)?),
+    };
+
     Ok(Pipeline {
         name: name.clone(),
         source,
@@ -415,10 +579,92 @@ fn build(
         parse,
         transforms,
         windowed,
-        sink: f.sink.map(|s| stage("sink", s)).transpose()?,
+        sink,
         checkpoint: f.checkpoint.map(|c| rel(&c.location)),
         dead_letter: f.dead_letter.map(|d| rel(&d.path)),
     })
+}
+
+fn sink_config(
+    s: SinkFile,
+    name: &str,
+    continuous: bool,
+    stage: &dyn Fn(&str, StageFile) -> Result<StageSpec, PipelineError>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SinkConfig, PipelineError> {
+    let not_for = |key: &str, present: bool, kind: &str| {
+        if present { Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it"))) } else { Ok(()) }
+    };
+    match s.kind {
+        SinkKindFile::Wasm => {
+            not_for("topic", s.topic.is_some(), "Wasm")?;
+            not_for("kafka", s.kafka.is_some(), "Wasm")?;
+            not_for("transactional", s.transactional.is_some(), "Wasm")?;
+            let plugin = s.plugin.ok_or_else(|| {
+                invalid("sink.plugin", "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into())
+            })?;
+            let file = StageFile { plugin, config: s.config, grants: s.grants, limits: s.limits };
+            Ok(SinkConfig::Wasm(stage("sink", file)?))
+        }
+        SinkKindFile::Kafka => {
+            not_for("plugin", s.plugin.is_some(), "Kafka")?;
+            not_for("config", !s.config.is_empty(), "Kafka")?;
+            not_for("grants", !s.grants.dirs.is_empty(), "Kafka")?;
+            let topic = s.topic.filter(|t| !t.is_empty()).ok_or_else(|| {
+                invalid("sink.topic", "the topic to write to, e.g. topic = \"alerts\"".into())
+            })?;
+            let options = kafka_options("sink.kafka", s.kafka.unwrap_or_default(), invalid)?;
+            let transactional_id = option(&options, "transactional.id").unwrap_or_else(|| format!("weir-{name}"));
+            if continuous && s.transactional == Some(true) {
+                return Err(invalid(
+                    "sink.transactional",
+                    "continuous mode is at-least-once and delivers without transactions; remove it".into(),
+                ));
+            }
+            Ok(SinkConfig::Kafka(KafkaSinkConfig {
+                topic,
+                options,
+                transactional: s.transactional.unwrap_or(!continuous),
+                transactional_id,
+            }))
+        }
+    }
+}
+
+/// `kafka.*` keys, flattened back to librdkafka's dotted names (`kafka.bootstrap.servers`
+/// parses as nested tables). `bootstrap.servers` is required.
+fn kafka_options(
+    key: &str,
+    table: toml::Table,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Vec<(String, String)>, PipelineError> {
+    fn flatten(prefix: &str, t: toml::Table, out: &mut Vec<(String, String)>) -> Result<(), String> {
+        for (k, v) in t {
+            let name = if prefix.is_empty() { k } else { format!("{prefix}.{k}") };
+            match v {
+                toml::Value::Table(t) => flatten(&name, t, out)?,
+                toml::Value::String(s) => out.push((name, s)),
+                toml::Value::Integer(i) => out.push((name, i.to_string())),
+                toml::Value::Boolean(b) => out.push((name, b.to_string())),
+                toml::Value::Float(f) => out.push((name, f.to_string())),
+                _ => return Err(format!("`{name}`: give librdkafka options as strings, numbers or booleans")),
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    flatten("", table, &mut out).map_err(|m| invalid(key, m))?;
+    if option(&out, "bootstrap.servers").is_none() {
+        return Err(invalid(
+            &format!("{key}.bootstrap.servers"),
+            format!("required: the brokers to connect to, e.g. {key}.bootstrap.servers = \"127.0.0.1:9092\""),
+        ));
+    }
+    Ok(out)
+}
+
+fn option(options: &[(String, String)], name: &str) -> Option<String> {
+    options.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
 
 fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -> Result<WindowSpec, PipelineError> {
@@ -485,7 +731,7 @@ mod tests {
     #[test]
     fn a_good_file_resolves_paths_against_its_directory() {
         let p = Pipeline::parse(GOOD, Path::new("dir/p.toml")).unwrap();
-        assert_eq!(p.source.path, Path::new("dir/events.jsonl"));
+        assert!(matches!(&p.source.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/events.jsonl")));
         assert_eq!(p.parse.component, Path::new("dir/p.wasm"));
         let w = p.windowed.unwrap();
         assert_eq!(w.time.delay_ms, 600_000);
@@ -519,6 +765,34 @@ mod tests {
     fn a_window_without_a_watermark_is_refused() {
         let text = GOOD.replace("[watermark]\n        delay = \"10 minutes\"", "");
         assert!(err(&text).contains("watermark: a windowed pipeline needs [watermark]"));
+    }
+
+    #[test]
+    fn kafka_options_are_librdkafka_names_and_need_the_brokers() {
+        let kafka = GOOD.replace(
+            "type = \"replay\"\n        path = \"events.jsonl\"",
+            "type = \"kafka\"\ntopics = [\"orders\"]\nstarting_offsets = \"latest\"\n\
+             kafka.bootstrap.servers = \"127.0.0.1:9\"\nkafka.fetch.wait.max.ms = 5",
+        );
+        let p = Pipeline::parse(&kafka, Path::new("p.toml")).unwrap();
+        let SourceKind::Kafka(k) = p.source.kind else { panic!("not kafka") };
+        assert_eq!(k.starting, StartingOffsets::Latest);
+        assert_eq!(k.group_id, "weir-orders");
+        assert!(k.options.contains(&("fetch.wait.max.ms".into(), "5".into())), "{:?}", k.options);
+        let e = err(&kafka.replace("kafka.bootstrap.servers = \"127.0.0.1:9\"", ""));
+        assert!(e.contains("source.kafka.bootstrap.servers: required"), "{e}");
+        let e = err(&kafka.replace("topics = [\"orders\"]", "topics = [\"orders\"]\npartitions = [\"other:1\"]"));
+        assert!(e.contains("source.partitions") && e.contains("`other:1`"), "{e}");
+    }
+
+    #[test]
+    fn continuous_mode_is_for_stateless_pipelines_and_sinks_are_checked_by_type() {
+        let e = err(&GOOD.replace("[parse]", "[trigger]\nmode = \"continuous\"\n[parse]"));
+        assert!(e.contains("trigger.mode") && e.contains("stateless"), "{e}");
+        let e = err(&format!("{GOOD}\n[sink]\ntype = \"kafka\"\nkafka.bootstrap.servers = \"x:1\""));
+        assert!(e.contains("sink.topic"), "{e}");
+        let e = err(&format!("{GOOD}\n[sink]\ntype = \"kafka\"\ntopic = \"t\"\nplugin = \"s.wasm\""));
+        assert!(e.contains("sink.plugin: does not apply to a Kafka sink"), "{e}");
     }
 
     #[test]

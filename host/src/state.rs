@@ -41,6 +41,13 @@ impl StateStore {
         Ok(Self { db, path: path.to_path_buf(), staged: BTreeMap::new() })
     }
 
+    /// Opens a store another process may be writing, to look at it (`weir inspect`).
+    pub fn open_read_only(path: &Path) -> Result<Self, StateError> {
+        let db = DB::open_for_read_only(&Options::default(), path, false)
+            .map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
+        Ok(Self { db, path: path.to_path_buf(), staged: BTreeMap::new() })
+    }
+
     fn err(&self, e: rocksdb::Error) -> StateError {
         StateError::Db { path: self.path.clone(), source: e }
     }
@@ -113,6 +120,11 @@ impl StateStore {
     /// The checkpoint record of the last committed batch.
     pub fn meta(&self) -> Result<Option<Vec<u8>>, StateError> {
         self.db.get(META).map_err(|e| self.err(e))
+    }
+
+    /// Bytes of live data (estimated by RocksDB).
+    pub fn estimated_bytes(&self) -> u64 {
+        self.db.property_int_value("rocksdb.estimate-live-data-size").ok().flatten().unwrap_or(0)
     }
 
     /// Keys in the store (estimated by RocksDB), for progress reports.

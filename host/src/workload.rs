@@ -30,27 +30,64 @@ impl Rng {
     }
 }
 
-/// Writes `n` order events for `seed` as JSON lines; returns how many are very late.
+/// Writes `n` order events for `seed`, one JSON object per line; returns how many are very late.
 pub fn orders(n: u64, seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
-    let mut cdf = Vec::with_capacity(USERS);
-    let mut acc = 0.0;
-    for k in 1..=USERS {
-        acc += (k as f64).powf(-ZIPF_S);
-        cdf.push(acc);
+    let mut g = OrderStream::new(n, seed);
+    while let Some(line) = g.next_line() {
+        out.write_all(line.as_bytes())?;
     }
-    let total = acc;
-    let mut rng = Rng(seed);
-    let late_after = n / 4;
-    let p_late = P_VERY_LATE / 0.75;
-    let mut max_ts: Option<i64> = None;
-    let mut very_late = 0;
-    let mut line = String::with_capacity(128);
-    for i in 0..n {
+    Ok(g.very_late)
+}
+
+/// The order events of [`orders`], one line at a time (with its newline), for producers that
+/// pace them (`weir demo`).
+pub struct OrderStream {
+    cdf: Vec<f64>,
+    total: f64,
+    rng: Rng,
+    n: u64,
+    i: u64,
+    late_after: u64,
+    p_late: f64,
+    max_ts: Option<i64>,
+    /// Very-late events so far.
+    pub very_late: u64,
+    line: String,
+}
+
+impl OrderStream {
+    pub fn new(n: u64, seed: u64) -> Self {
+        let mut cdf = Vec::with_capacity(USERS);
+        let mut acc = 0.0;
+        for k in 1..=USERS {
+            acc += (k as f64).powf(-ZIPF_S);
+            cdf.push(acc);
+        }
+        Self {
+            cdf,
+            total: acc,
+            rng: Rng(seed),
+            n,
+            i: 0,
+            late_after: n / 4,
+            p_late: P_VERY_LATE / 0.75,
+            max_ts: None,
+            very_late: 0,
+            line: String::with_capacity(128),
+        }
+    }
+
+    pub fn next_line(&mut self) -> Option<&str> {
+        if self.i >= self.n {
+            return None;
+        }
+        let i = self.i;
+        self.i += 1;
         let t = START_MS + i as i64;
-        let u = rng.next() * total;
-        let rank = cdf.partition_point(|&c| c < u).min(USERS - 1);
+        let u = self.rng.next() * self.total;
+        let rank = self.cdf.partition_point(|&c| c < u).min(USERS - 1);
         let user_id = (rank * 48_271) % USERS + 1;
-        let r = rng.next();
+        let r = self.rng.next();
         let status = if r < P_ERROR {
             "ERROR"
         } else if r < P_ERROR + P_PENDING {
@@ -58,29 +95,28 @@ pub fn orders(n: u64, seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
         } else {
             "OK"
         };
-        let a = rng.next();
+        let a = self.rng.next();
         let cents = 100 + (a * a * 50_000.0) as u64;
-        let d = rng.next();
-        let ts = match max_ts {
-            Some(m) if i >= late_after && rng.next() < p_late => {
-                very_late += 1;
+        let d = self.rng.next();
+        let ts = match self.max_ts {
+            Some(m) if i >= self.late_after && self.rng.next() < self.p_late => {
+                self.very_late += 1;
                 m - VERY_LATE_MIN_MS - (d * VERY_LATE_SPAN_MS) as i64
             }
             _ => t - (d * MAX_DELAY_MS) as i64,
         };
-        max_ts = Some(max_ts.map_or(ts, |m| m.max(ts)));
-        line.clear();
+        self.max_ts = Some(self.max_ts.map_or(ts, |m| m.max(ts)));
+        self.line.clear();
         use std::fmt::Write as _;
         let _ = writeln!(
-            line,
+            self.line,
             r#"{{"order_id":{},"user_id":{user_id},"status":"{status}","amount":{}.{:02},"order_ts":{ts}}}"#,
             i + 1,
             cents / 100,
             cents % 100
         );
-        out.write_all(line.as_bytes())?;
+        Some(&self.line)
     }
-    Ok(very_late)
 }
 
 #[cfg(test)]

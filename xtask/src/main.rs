@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 
 /// Plugins built to components, by crate name: the examples, then the adversarial ones the
 /// tests load (`tests/plugins/`). All land in `plugins/dist/`.
-const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink", "wit-v2-parser"];
+const PLUGINS: &[&str] = &["orders-json", "status-filter", "error-rate", "jsonl-file-sink", "wit-major-1-parser"];
 
 fn main() -> Result<()> {
     // At run time, not `env!`: checkouts that share a target directory share one xtask binary.

@@ -28,7 +28,7 @@ pub use sandbox::{DirGrant, Limits, PluginError, StageSpec};
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.1.0",
+        world: "weir:plugin/plugin@0.2.0",
     });
 }
 
@@ -37,7 +37,16 @@ mod bindings {
 #[allow(clippy::derivable_impls)]
 impl Default for bindings::weir::plugin::types::RawBatch {
     fn default() -> Self {
-        Self { values: vec![], value_ends: vec![], keys: vec![], key_ends: vec![], timestamps: vec![], headers: vec![] }
+        Self {
+            values: vec![],
+            value_ends: vec![],
+            keys: vec![],
+            key_ends: vec![],
+            timestamps: vec![],
+            partitions: vec![],
+            offsets: vec![],
+            headers: vec![],
+        }
     }
 }
 
@@ -56,7 +65,7 @@ impl Default for RowBatch {
 }
 
 /// The WIT package version this host implements; components must match its major.minor.
-pub const WIT_VERSION: &str = "0.1.0";
+pub const WIT_VERSION: &str = "0.2.0";
 
 /// How often the epoch ticks; call deadlines are whole ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);

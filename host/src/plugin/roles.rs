@@ -18,7 +18,7 @@ macro_rules! role {
         pub(crate) struct $role;
         impl Role for $role {
             const NAME: &'static str = $name;
-            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.1.0");
+            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.2.0");
             type Indices = $module::GuestIndices;
             type Guest = $module::Guest;
             fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices> {

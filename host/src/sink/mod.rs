@@ -2,9 +2,14 @@
 //! carries the same rows, and after a crash a batch may be delivered again, so a sink that
 //! dedupes on the batch id is exactly-once.
 
+mod kafka;
+
 use std::io::Write;
 
 use crate::plugin::{PluginError, RowBatch, Sink};
+use crate::source::KafkaError;
+
+pub use kafka::{BATCH_HEADER, KafkaSink};
 
 /// Rows of one batch, flat: row `i` is `data[ends[i-1]..ends[i]]`, a JSON object.
 pub type Rows = RowBatch;
@@ -35,6 +40,8 @@ pub enum SinkError {
     Plugin(#[from] PluginError),
     #[error("cannot write rows: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
 }
 
 /// Where result rows go.

@@ -1,6 +1,3 @@
-//! Sources: where raw records come from, and where each one was (its position), so that a batch
-//! can be re-read exactly after a crash and a bad record can be traced to its origin.
-//!
 //! The replay source reads recorded events (docs/recorded-events.md): one record per line,
 //! either the raw value or an envelope object `{"value", "key", "partition", "offset",
 //! "timestamp", "headers"}`. Its position is a byte offset into the file, so resuming is a seek.
@@ -12,59 +9,13 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::pipeline::ReplayFormat;
-use crate::plugin::{Header, RawBatch};
+use super::{BadRecord, Position, SourceBatch};
+use crate::plugin::Header;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub enum ReplayError {
     #[error("cannot read {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-}
-
-/// Where one record came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    pub partition: i32,
-    pub offset: i64,
-    /// 1-based line in the recorded-events file.
-    pub line: u64,
-}
-
-/// A record the source itself could not decode (a broken envelope line).
-#[derive(Debug, Clone)]
-pub struct BadRecord {
-    pub position: Position,
-    pub error: String,
-    pub raw: Vec<u8>,
-}
-
-/// One batch of raw records with their positions.
-#[derive(Debug, Default)]
-pub struct SourceBatch {
-    pub records: RawBatch,
-    pub positions: Vec<Position>,
-    pub bad: Vec<BadRecord>,
-}
-
-impl SourceBatch {
-    /// Records in the batch (not counting ones the source could not decode).
-    pub fn len(&self) -> usize {
-        self.positions.len()
-    }
-
-    /// No records and no undecodable lines: the end of the input.
-    pub fn is_empty(&self) -> bool {
-        self.positions.is_empty() && self.bad.is_empty()
-    }
-
-    fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
-        let r = &mut self.records;
-        r.values.extend_from_slice(value);
-        r.value_ends.push(r.values.len() as u32);
-        r.keys.extend_from_slice(key);
-        r.key_ends.push(r.keys.len() as u32);
-        r.timestamps.push(timestamp);
-        self.positions.push(position);
-    }
 }
 
 pub struct ReplaySource {
@@ -88,7 +39,9 @@ pub struct ReplayPosition {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Envelope {
-    value: serde_json::Value,
+    value: Option<serde_json::Value>,
+    /// A value that is not UTF-8 (written by `weir record`).
+    value_base64: Option<String>,
     #[serde(default)]
     key: Option<String>,
     #[serde(default)]
@@ -101,11 +54,11 @@ struct Envelope {
     headers: Option<serde_json::Map<String, serde_json::Value>>,
 }
 
-const ENVELOPE_KEYS: [&str; 6] = ["value", "key", "partition", "offset", "timestamp", "headers"];
+const ENVELOPE_KEYS: [&str; 7] = ["value", "value_base64", "key", "partition", "offset", "timestamp", "headers"];
 
 impl ReplaySource {
-    pub fn open(path: &Path, format: ReplayFormat, at: ReplayPosition) -> Result<Self, SourceError> {
-        let io = |e| SourceError::Io { path: path.to_path_buf(), source: e };
+    pub fn open(path: &Path, format: ReplayFormat, at: ReplayPosition) -> Result<Self, ReplayError> {
+        let io = |e| ReplayError::Io { path: path.to_path_buf(), source: e };
         let mut file = File::open(path).map_err(io)?;
         let format = match format {
             ReplayFormat::Auto => detect(&mut BufReader::new(&mut file)).map_err(io)?,
@@ -131,14 +84,23 @@ impl ReplaySource {
     }
 
     /// Reads up to `max` records; an empty batch means the end of the file.
-    pub fn next_batch(&mut self, max: usize) -> Result<SourceBatch, SourceError> {
+    pub fn next_batch(&mut self, max: usize) -> Result<SourceBatch, ReplayError> {
+        self.read(max, u64::MAX)
+    }
+
+    /// Reads every line before byte `end.byte`: a recorded batch, again.
+    pub fn read_until(&mut self, end: ReplayPosition) -> Result<SourceBatch, ReplayError> {
+        self.read(usize::MAX, end.byte)
+    }
+
+    fn read(&mut self, max: usize, end: u64) -> Result<SourceBatch, ReplayError> {
         let mut batch = SourceBatch::default();
-        while batch.len() + batch.bad.len() < max {
+        while batch.len() + batch.bad.len() < max && self.pos < end {
             self.buf.clear();
             let n = self
                 .reader
                 .read_until(b'\n', &mut self.buf)
-                .map_err(|e| SourceError::Io { path: self.path.clone(), source: e })?;
+                .map_err(|e| ReplayError::Io { path: self.path.clone(), source: e })?;
             if n == 0 {
                 break;
             }
@@ -146,7 +108,7 @@ impl ReplaySource {
             if self.buf.last() != Some(&b'\n') {
                 self.reader
                     .seek(SeekFrom::Start(self.pos))
-                    .map_err(|e| SourceError::Io { path: self.path.clone(), source: e })?;
+                    .map_err(|e| ReplayError::Io { path: self.path.clone(), source: e })?;
                 break;
             }
             self.pos += n as u64;
@@ -158,7 +120,7 @@ impl ReplaySource {
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
             }
-            let default_pos = Position { partition: 0, offset: self.line as i64 - 1, line: self.line };
+            let default_pos = Position { stream: 0, partition: 0, offset: self.line as i64 - 1, line: self.line };
             match self.format {
                 ReplayFormat::Envelope => match decode_envelope(line, default_pos, batch.len() as u32) {
                     Ok((value, key, ts, pos, headers)) => {
@@ -178,9 +140,17 @@ type Decoded = (Vec<u8>, String, i64, Position, Vec<Header>);
 
 fn decode_envelope(line: &[u8], default: Position, index: u32) -> Result<Decoded, String> {
     let e: Envelope = serde_json::from_slice(line).map_err(|e| format!("not a recorded-event envelope: {e}"))?;
-    let value = match e.value {
-        serde_json::Value::String(s) => s.into_bytes(),
-        other => other.to_string().into_bytes(),
+    let value = match (e.value, e.value_base64) {
+        (Some(serde_json::Value::String(s)), None) => s.into_bytes(),
+        (Some(other), None) => other.to_string().into_bytes(),
+        (None, Some(b64)) => {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .decode(b64.as_bytes())
+                .map_err(|e| format!("value_base64 is not base64: {e}"))?
+        }
+        (Some(_), Some(_)) => return Err("an envelope has `value` or `value_base64`, not both".into()),
+        (None, None) => return Err("not a recorded-event envelope: missing field `value`".into()),
     };
     let headers = e
         .headers
@@ -195,6 +165,7 @@ fn decode_envelope(line: &[u8], default: Position, index: u32) -> Result<Decoded
         })
         .collect();
     let pos = Position {
+        stream: 0,
         partition: e.partition.unwrap_or(default.partition),
         offset: e.offset.unwrap_or(default.offset),
         line: default.line,
@@ -212,7 +183,7 @@ fn detect(r: &mut impl BufRead) -> std::io::Result<ReplayFormat> {
         }
         let envelope = match serde_json::from_slice::<serde_json::Value>(&line) {
             Ok(serde_json::Value::Object(m)) => {
-                m.contains_key("value") && m.keys().all(|k| ENVELOPE_KEYS.contains(&k.as_str()))
+                (m.contains_key("value") || m.contains_key("value_base64")) && m.keys().all(|k| ENVELOPE_KEYS.contains(&k.as_str()))
             }
             _ => false,
         };
@@ -243,7 +214,7 @@ mod tests {
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, at).unwrap();
         let b = s.next_batch(10).unwrap();
         assert_eq!(b.records.values, b"{\"a\":3}");
-        assert_eq!(b.positions[0], Position { partition: 0, offset: 3, line: 4 });
+        assert_eq!(b.positions[0], Position { stream: 0, partition: 0, offset: 3, line: 4 });
         // The unterminated last line is not read until it is complete.
         assert_eq!(s.next_batch(10).unwrap().len(), 0);
     }
@@ -260,7 +231,7 @@ mod tests {
         assert_eq!(b.records.values, b"v1{\"a\":1}");
         assert_eq!(b.records.keys, b"k");
         assert_eq!(b.records.timestamps, vec![7, -1]);
-        assert_eq!(b.positions[0], Position { partition: 2, offset: 40, line: 1 });
+        assert_eq!(b.positions[0], Position { stream: 0, partition: 2, offset: 40, line: 1 });
         assert_eq!(b.records.headers.len(), 1);
         assert_eq!(b.bad.len(), 1);
         assert_eq!(b.bad[0].position.line, 3);

@@ -1,0 +1,204 @@
+//! `weir demo`: the whole product in one command, with nothing to install. An embedded
+//! Kafka-protocol broker (librdkafka's mock cluster, in-process on a loopback port), a producer
+//! of generated orders, and the orders error-rate pipeline reading them from Kafka through the
+//! Wasm plugins; each finalized window is printed, with an alert when its error rate passes the
+//! threshold. Ctrl-C stops it cleanly.
+//!
+//! The producer replays the generator's simulated clock (1000 orders per simulated second) at
+//! `rate` orders per real second, and injects error bursts into every fifth simulated minute so
+//! that there is something to alert on.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use weir::driver::{self, Output, RunOptions};
+use weir::pipeline::{Pipeline, SourceKind};
+use weir::plugin::Runtime;
+use weir::progress::{Progress, show_time};
+use weir::sink::{RowSink, Rows, RowsExt, SinkError};
+use weir::workload::OrderStream;
+
+pub struct DemoArgs {
+    pub pipeline: Pipeline,
+    /// Orders produced per second.
+    pub rate: u64,
+    /// Produce this many orders, wait for the pipeline to read them all, and stop.
+    pub events: Option<u64>,
+    /// Alert when a window's error rate is above this fraction.
+    pub threshold: f64,
+}
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 4;
+
+pub fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -> Result<()> {
+    let cluster = MockCluster::new(1).context("cannot start the embedded broker")?;
+    cluster.create_topic(TOPIC, PARTITIONS, 1).context("cannot create the orders topic")?;
+    let brokers = cluster.bootstrap_servers();
+    let group = match &mut args.pipeline.source.kind {
+        SourceKind::Kafka(k) if k.topics == [TOPIC] => {
+            k.options.retain(|(name, _)| name != "bootstrap.servers");
+            k.options.push(("bootstrap.servers".into(), brokers.clone()));
+            k.group_id.clone()
+        }
+        _ => bail!("the demo pipeline must read the Kafka topic `{TOPIC}`"),
+    };
+    eprintln!(
+        "embedded broker at {brokers}; producing {} orders/s into `{TOPIC}` ({PARTITIONS} partitions); Ctrl-C stops",
+        args.rate
+    );
+
+    let produced = Arc::new(AtomicU64::new(0));
+    let producer = {
+        let (brokers, stop, produced) = (brokers.clone(), stop.clone(), produced.clone());
+        let (rate, events) = (args.rate, args.events);
+        std::thread::spawn(move || produce(&brokers, rate, events, &stop, &produced))
+    };
+    let watcher = args.events.map(|n| {
+        let (brokers, stop) = (brokers.clone(), stop.clone());
+        std::thread::spawn(move || stop_when_read(&brokers, &group, n, &produced, &stop))
+    });
+
+    let scratch = driver::scratch_checkpoint().context("cannot create a checkpoint directory")?;
+    let opts = RunOptions {
+        output: Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() })),
+        checkpoint: scratch.path().to_path_buf(),
+        dead_letters: None,
+        progress: Progress::new(&args.pipeline.name, std::env::var_os("WEIR_DEMO_PROGRESS").is_some(), None),
+        stop: stop.clone(),
+    };
+    let result = driver::run(&args.pipeline, runtime, opts);
+    stop.store(true, Ordering::Relaxed);
+    let produced = producer.join().map_err(|_| anyhow::anyhow!("the producer thread panicked"))??;
+    if let Some(w) = watcher {
+        w.join().map_err(|_| anyhow::anyhow!("the watcher thread panicked"))??;
+    }
+    let summary = result.context("the demo pipeline failed")?;
+    eprintln!("produced {produced} orders; {}", summary.render());
+    Ok(())
+}
+
+/// Prints finalized windows, and an alert line for each one over the threshold.
+struct Alerts<W: Write> {
+    threshold: f64,
+    out: W,
+}
+
+impl<W: Write> RowSink for Alerts<W> {
+    fn deliver(&mut self, _batch_id: u64, rows: &Rows) -> Result<(), SinkError> {
+        for row in rows.iter_rows() {
+            let v: serde_json::Value = serde_json::from_slice(row).map_err(std::io::Error::other)?;
+            let num = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+            let start = v.get("window_start").and_then(serde_json::Value::as_i64).unwrap_or(0);
+            let rate = num("error_rate");
+            writeln!(
+                self.out,
+                "window {}  orders {:>6}  errors {:>5}  error rate {:>5.2}%",
+                show_time(start),
+                num("count"),
+                num("errors"),
+                rate * 100.0
+            )?;
+            if rate > self.threshold {
+                writeln!(
+                    self.out,
+                    "ALERT  window {}: error rate {:.2}% is above {:.2}%",
+                    show_time(start),
+                    rate * 100.0,
+                    self.threshold * 100.0
+                )?;
+            }
+        }
+        self.out.flush()?;
+        Ok(())
+    }
+}
+
+/// Produces paced orders until `events` are out or `stop` is raised; returns how many.
+fn produce(brokers: &str, rate: u64, events: Option<u64>, stop: &AtomicBool, produced: &AtomicU64) -> Result<u64> {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("linger.ms", "5")
+        .create()
+        .context("cannot create the demo producer")?;
+    let mut orders = OrderStream::new(events.unwrap_or(u64::MAX), 7);
+    let started = Instant::now();
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        // Pace: the n-th order is due at n / rate seconds.
+        let due = Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
+        let elapsed = started.elapsed();
+        if due > elapsed {
+            producer.poll(Duration::ZERO);
+            std::thread::sleep((due - elapsed).min(Duration::from_millis(10)));
+            continue;
+        }
+        let Some(line) = orders.next_line() else { break };
+        let line = with_bursts(line.trim_end(), n);
+        let record = BaseRecord::<(), str>::to(TOPIC).payload(&line).partition((n % PARTITIONS as u64) as i32);
+        match producer.send(record) {
+            Ok(()) => {
+                n += 1;
+                produced.store(n, Ordering::Relaxed);
+            }
+            Err((e, _)) => {
+                producer.poll(Duration::from_millis(10));
+                if !matches!(e, rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)) {
+                    bail!("the demo producer failed: {e}");
+                }
+            }
+        }
+    }
+    producer.flush(Duration::from_secs(10)).context("cannot flush the demo producer")?;
+    Ok(n)
+}
+
+/// In every fifth simulated minute, one order in six more fails.
+fn with_bursts(line: &str, n: u64) -> String {
+    let minute = n / 60_000;
+    if minute % 5 == 2 && n % 6 == 0 {
+        line.replace("\"status\":\"OK\"", "\"status\":\"ERROR\"")
+    } else {
+        line.to_string()
+    }
+}
+
+/// With `--events N`: once the producer is done, waits until the pipeline's group offsets
+/// (committed after every batch, for lag monitoring) cover everything produced, then stops it.
+fn stop_when_read(brokers: &str, group: &str, n: u64, produced: &AtomicU64, stop: &AtomicBool) -> Result<()> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .create()
+        .context("cannot create the lag watcher")?;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(100));
+        if produced.load(Ordering::Relaxed) < n {
+            continue;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            tpl.add_partition(TOPIC, p);
+        }
+        let Ok(committed) = consumer.committed_offsets(tpl, Duration::from_secs(2)) else { continue };
+        let read: HashMap<i32, i64> = committed
+            .elements()
+            .iter()
+            .map(|e| (e.partition(), if let Offset::Offset(o) = e.offset() { o } else { 0 }))
+            .collect();
+        let total: i64 = read.values().sum();
+        if total >= n as i64 {
+            stop.store(true, Ordering::Relaxed);
+        }
+    }
+    Ok(())
+}

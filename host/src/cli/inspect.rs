@@ -1,0 +1,87 @@
+//! `weir inspect CHECKPOINT_DIR`: what a checkpoint says, for an operator deciding whether a
+//! pipeline is healthy or where it will resume. Read-only; safe while the pipeline runs.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use weir::checkpoint::{CheckpointDir, Planned, StateMeta};
+use weir::progress::show_time;
+use weir::source::Offsets;
+use weir::state::StateStore;
+
+/// How many recent batches to list.
+pub fn inspect(dir: &Path, recent: usize) -> Result<String> {
+    let (cp, meta) = CheckpointDir::existing(dir)?;
+    let mut out = String::new();
+    writeln!(out, "checkpoint {}", dir.display())?;
+    writeln!(out, "pipeline   {} ({})", meta.pipeline, meta.fingerprint)?;
+
+    let state_dir = cp.state_dir();
+    let (last, size) = if state_dir.exists() {
+        let state = StateStore::open_read_only(&state_dir)?;
+        let last: Option<StateMeta> = match state.meta()? {
+            Some(b) => Some(serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?),
+            None => None,
+        };
+        (last, Some((state.estimated_keys(), dir_size(&state_dir))))
+    } else {
+        (None, None)
+    };
+    match &last {
+        None => writeln!(out, "committed  nothing yet")?,
+        Some(m) => {
+            writeln!(out, "committed  batches 0..={} (next batch {})", m.next_batch.saturating_sub(1), m.next_batch)?;
+            writeln!(out, "watermark  {}", show_time(m.watermark.current))?;
+            for ((stream, partition), max) in &m.watermark.partitions {
+                writeln!(out, "           stream {stream} partition {partition}: max event time {}", show_time(*max))?;
+            }
+            writeln!(out, "position   {}", offsets(&m.source))?;
+            writeln!(out, "side files dead letters {} bytes, late {} bytes", m.dead_letters_len, m.late_len)?;
+        }
+    }
+    if let Some((keys, bytes)) = size {
+        writeln!(out, "state      ~{keys} keys, {bytes} bytes on disk")?;
+    }
+    let next = last.as_ref().map_or(0, |m| m.next_batch);
+    if let Some(p) = cp.planned(next)? {
+        writeln!(out, "pending    batch {next} was planned and not committed: it re-runs on restart")?;
+        writeln!(out, "           {}", range(&p))?;
+    }
+
+    let ids = cp.ids("offsets")?;
+    writeln!(out, "recent batches (of {} kept):", ids.len())?;
+    for id in ids.iter().rev().take(recent).rev() {
+        let Some(p) = cp.planned(*id)? else { continue };
+        let done = match cp.committed(*id)? {
+            Some(c) => format!(
+                "committed, {} rows out, watermark {}",
+                c.rows_out,
+                c.watermark.map_or("none".into(), show_time)
+            ),
+            None => "not committed".into(),
+        };
+        writeln!(out, "  batch {id}: {done}\n    {}", range(&p))?;
+    }
+    Ok(out)
+}
+
+fn range(p: &Planned) -> String {
+    let flush = if p.flush { " (end of input: flush)" } else { "" };
+    format!("from {} to {}{flush}", offsets(&p.start), offsets(&p.end))
+}
+
+fn offsets(o: &Offsets) -> String {
+    match o {
+        Offsets::Replay(p) => format!("byte {} (line {})", p.byte, p.line),
+        Offsets::Kafka { partitions } => {
+            partitions.iter().map(|t| format!("{}/{}@{}", t.topic, t.partition, t.offset)).collect::<Vec<_>>().join(" ")
+        }
+    }
+}
+
+fn dir_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()?.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+        .unwrap_or(0)
+}

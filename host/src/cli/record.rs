@@ -1,0 +1,105 @@
+//! `weir record`: captures a topic's records (key, value, timestamp, partition, offset,
+//! headers) as recorded-event envelopes (docs/recorded-events.md), so that `weir test --events`
+//! replays production traffic against a plugin with the same engine.
+//!
+//! It reads with Weir's own Kafka source, so what is recorded is exactly what a pipeline's
+//! parser would have been given.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result};
+use base64::Engine as _;
+use serde::Serialize;
+use weir::pipeline::{KafkaSourceConfig, StartingOffsets};
+use weir::source::kafka::KafkaSource;
+use weir::source::{Limit, SourceBatch};
+
+pub struct RecordArgs {
+    pub brokers: String,
+    pub topic: String,
+    pub starting: StartingOffsets,
+    /// Stop after this many records.
+    pub max: Option<u64>,
+    /// Keep recording new records until stopped; otherwise stop at the end of what the topic
+    /// held when recording started.
+    pub follow: bool,
+    pub options: Vec<(String, String)>,
+}
+
+#[derive(Serialize)]
+struct Envelope<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value_base64: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    partition: i32,
+    offset: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timestamp: Option<i64>,
+    #[serde(skip_serializing_if = "serde_json::Map::is_empty")]
+    headers: serde_json::Map<String, serde_json::Value>,
+}
+
+/// Records into `out`; returns how many records were written.
+pub fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> Result<u64> {
+    let mut options = vec![("bootstrap.servers".to_string(), args.brokers.clone())];
+    options.extend(args.options.iter().cloned());
+    let cfg = KafkaSourceConfig {
+        topics: vec![args.topic.clone()],
+        partitions: None,
+        starting: args.starting,
+        options,
+        group_id: "weir-record".into(),
+    };
+    let mut source = KafkaSource::open(&cfg, &[], stop.clone()).context("cannot read the topic")?;
+    let mut written = 0u64;
+    let limit = |written: u64| Limit {
+        records: args.max.map_or(10_000, |m| (m - written).min(10_000) as usize),
+        bounded: !args.follow,
+    };
+    while args.max.is_none_or(|m| written < m) && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+        let batch = match source.next_batch(limit(written)) {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(weir::source::KafkaError::Stopped) => break,
+            Err(e) => return Err(e).context("reading the topic"),
+        };
+        written += write_batch(&batch, out)?;
+    }
+    out.flush().context("cannot write the recording")?;
+    Ok(written)
+}
+
+fn write_batch(b: &SourceBatch, out: &mut dyn Write) -> Result<u64> {
+    let r = &b.records;
+    let mut headers = r.headers.iter().peekable();
+    for (i, pos) in b.positions.iter().enumerate() {
+        let value = &r.values[start(&r.value_ends, i)..r.value_ends[i] as usize];
+        let key = &r.keys[start(&r.key_ends, i)..r.key_ends[i] as usize];
+        let mut hs = serde_json::Map::new();
+        while let Some(h) = headers.next_if(|h| h.index as usize == i) {
+            hs.insert(h.name.clone(), String::from_utf8_lossy(&h.value).into_owned().into());
+        }
+        let text = std::str::from_utf8(value).ok();
+        let e = Envelope {
+            value: text,
+            value_base64: text.is_none().then(|| base64::engine::general_purpose::STANDARD.encode(value)),
+            key: (!key.is_empty()).then(|| String::from_utf8_lossy(key).into_owned()),
+            partition: pos.partition,
+            offset: pos.offset,
+            timestamp: (r.timestamps[i] >= 0).then_some(r.timestamps[i]),
+            headers: hs,
+        };
+        serde_json::to_writer(&mut *out, &e)?;
+        out.write_all(b"\n")?;
+    }
+    Ok(b.positions.len() as u64)
+}
+
+fn start(ends: &[u32], i: usize) -> usize {
+    if i == 0 { 0 } else { ends[i - 1] as usize }
+}

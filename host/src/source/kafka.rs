@@ -1,0 +1,538 @@
+//! The Kafka source (rdkafka), speaking nothing but the Kafka protocol.
+//!
+//! The checkpoint, not the consumer group, decides what is read: partitions are assigned
+//! explicitly at the checkpoint's offsets, and a batch is planned as an end offset per partition
+//! (at most the broker's high watermark, at most an equal share of `max_offsets_per_trigger`),
+//! so a batch re-run after a crash reads the same records. Group offsets are committed after each
+//! batch for lag monitoring only.
+//!
+//! Records that arrive past a partition's planned end are kept for the next batch. Back-pressure
+//! is by pausing: once [`EARLY_MAX`] records of a partition wait like that, the partition is
+//! paused, so the client stops fetching it until the pipeline catches up; the client's own
+//! prefetch is capped too (`queued.max.messages.kbytes`). Pausing is not done at every batch
+//! end: librdkafka takes about a second to fetch again from a resumed partition.
+//!
+//! A broker that cannot be reached is retried with backoff and a log line per attempt, as long
+//! as it takes; a stop request (SIGTERM) ends the wait.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError as RdError;
+use rdkafka::message::{Headers, Message};
+use rdkafka::types::RDKafkaErrorCode;
+use rdkafka::{Offset, TopicPartitionList};
+use serde::{Deserialize, Serialize};
+
+use super::{Limit, Position, SourceBatch};
+use crate::pipeline::{KafkaSourceConfig, StartingOffsets};
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka client configuration: {0}")]
+    Config(#[source] RdError),
+    #[error("topic `{topic}`: {message}")]
+    Topic { topic: String, message: String },
+    #[error(
+        "an offset to read is no longer on the broker (deleted by retention?), reading {at}: records were lost \
+         between the checkpoint and now; start a new checkpoint to skip them"
+    )]
+    DataLoss { at: String },
+    #[error("kafka: {what}: {source}")]
+    Call { what: String, source: RdError },
+    #[error("stopped while waiting for the broker")]
+    Stopped,
+}
+
+/// A partition and the next offset to read in it: what the offsets log records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicOffset {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+/// A client configuration from the pipeline's `kafka.*` options over Weir's defaults.
+pub(crate) fn client_config(defaults: &[(&str, &str)], options: &[(String, String)]) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    for (k, v) in defaults {
+        c.set(*k, *v);
+    }
+    for (k, v) in options {
+        c.set(k, v);
+    }
+    c
+}
+
+/// Retries a broker call with exponential backoff (100 ms to 10 s) until it succeeds, the error
+/// is one retrying cannot fix, or `stop` is raised.
+pub(crate) fn with_retry<T>(
+    stop: &AtomicBool,
+    what: &str,
+    mut call: impl FnMut() -> Result<T, RdError>,
+) -> Result<T, KafkaError> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match call() {
+            Ok(v) => return Ok(v),
+            Err(e) if !retriable(&e) => return Err(KafkaError::Call { what: what.to_string(), source: e }),
+            Err(e) => {
+                tracing::warn!("kafka: {what} failed ({e}); broker unavailable? retrying in {backoff:?}");
+                sleep_unless_stopped(stop, backoff)?;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+fn retriable(e: &RdError) -> bool {
+    !matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::TopicAuthorizationFailed
+                | RDKafkaErrorCode::GroupAuthorizationFailed
+                | RDKafkaErrorCode::InvalidConfig
+        )
+    )
+}
+
+fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> Result<(), KafkaError> {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if stop.load(Ordering::Relaxed) {
+            return Err(KafkaError::Stopped);
+        }
+        std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
+    }
+    Ok(())
+}
+
+/// How long a broker call waits before it counts as failed (and is retried).
+const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long one poll waits for records; also how often a stop request is noticed.
+const POLL: Duration = Duration::from_millis(100);
+/// Records of one partition that may wait past its planned end before it is paused.
+const EARLY_MAX: usize = 20_000;
+
+/// A record that arrived past its partition's planned end, kept for the next batch.
+struct Early {
+    offset: i64,
+    value: Vec<u8>,
+    key: Vec<u8>,
+    timestamp: i64,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+struct Part {
+    stream: u16,
+    partition: i32,
+    next: i64,
+    early: VecDeque<Early>,
+    paused: bool,
+}
+
+pub struct KafkaSource {
+    consumer: BaseConsumer,
+    topics: Vec<String>,
+    /// Sorted by (stream, partition).
+    parts: Vec<Part>,
+    index: HashMap<(String, i32), usize>,
+    /// Bounded triggers: the high watermarks when the run started.
+    bound: Option<Vec<i64>>,
+    stop: Arc<AtomicBool>,
+    last_error_log: Option<Instant>,
+}
+
+impl KafkaSource {
+    /// Assigns every partition of the configured topics (or the listed partitions), at the
+    /// checkpoint's offsets where it has them and at the configured start elsewhere.
+    pub fn open(cfg: &KafkaSourceConfig, at: &[TopicOffset], stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
+        let consumer: BaseConsumer = client_config(
+            &[
+                ("group.id", &cfg.group_id),
+                ("enable.auto.commit", "false"),
+                ("enable.auto.offset.store", "false"),
+                ("enable.partition.eof", "false"),
+                // Never skip silently: a checkpointed offset that is gone is data loss.
+                ("auto.offset.reset", "error"),
+                // Bound the client's prefetch (librdkafka's default is 64 MiB per partition).
+                ("queued.max.messages.kbytes", "16384"),
+            ],
+            &cfg.options,
+        )
+        .create()
+        .map_err(KafkaError::Config)?;
+
+        let mut wanted: Vec<(u16, i32)> = Vec::new();
+        for (stream, topic) in cfg.topics.iter().enumerate() {
+            let stream = stream as u16;
+            match &cfg.partitions {
+                Some(list) => wanted.extend(list.iter().filter(|(t, _)| t == topic).map(|&(_, p)| (stream, p))),
+                None => {
+                    let md = with_retry(&stop, &format!("metadata of topic {topic}"), || {
+                        consumer.fetch_metadata(Some(topic), CALL_TIMEOUT)
+                    })?;
+                    let t = md.topics().iter().find(|t| t.name() == topic);
+                    let parts = match t {
+                        Some(t) if t.error().is_none() && !t.partitions().is_empty() => t.partitions(),
+                        Some(t) => {
+                            let message = match t.error() {
+                                Some(e) => format!("{:?}", RDKafkaErrorCode::from(e)),
+                                None => "has no partitions".into(),
+                            };
+                            return Err(KafkaError::Topic { topic: topic.clone(), message });
+                        }
+                        None => return Err(KafkaError::Topic { topic: topic.clone(), message: "does not exist".into() }),
+                    };
+                    wanted.extend(parts.iter().map(|p| (stream, p.id())));
+                }
+            }
+        }
+        wanted.sort_unstable();
+        wanted.dedup();
+
+        let mut parts = Vec::with_capacity(wanted.len());
+        for (stream, partition) in wanted {
+            let topic = &cfg.topics[stream as usize];
+            let saved = at.iter().find(|o| &o.topic == topic && o.partition == partition).map(|o| o.offset);
+            let next = match saved {
+                Some(o) => o,
+                None => start_offset(&consumer, &stop, topic, partition, cfg.starting)?,
+            };
+            parts.push(Part { stream, partition, next, early: VecDeque::new(), paused: false });
+        }
+        let mut tpl = TopicPartitionList::new();
+        for p in &parts {
+            tpl.add_partition_offset(&cfg.topics[p.stream as usize], p.partition, Offset::Offset(p.next))
+                .map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
+        }
+        consumer.assign(&tpl).map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
+        let index =
+            parts.iter().enumerate().map(|(i, p)| ((cfg.topics[p.stream as usize].clone(), p.partition), i)).collect();
+        tracing::info!(partitions = parts.len(), "kafka source assigned {}", describe(&cfg.topics, &parts));
+        Ok(Self { consumer, topics: cfg.topics.clone(), parts, index, bound: None, stop, last_error_log: None })
+    }
+
+    pub fn topic(&self, stream: u16) -> &str {
+        self.topics.get(stream as usize).map_or("?", String::as_str)
+    }
+
+    pub fn offsets(&self) -> Vec<TopicOffset> {
+        self.parts
+            .iter()
+            .map(|p| TopicOffset { topic: self.topics[p.stream as usize].clone(), partition: p.partition, offset: p.next })
+            .collect()
+    }
+
+    /// Plans a batch (an end offset per partition) and reads it.
+    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, KafkaError> {
+        let highs = self.high_watermarks()?;
+        let caps = match (limit.bounded, &self.bound) {
+            (false, _) => highs,
+            (true, Some(b)) => b.clone(),
+            (true, None) => {
+                self.bound = Some(highs.clone());
+                highs
+            }
+        };
+        let share = limit.records.div_ceil(self.parts.len().max(1)).max(1) as i64;
+        let ends: Vec<i64> =
+            self.parts.iter().zip(&caps).map(|(p, &cap)| cap.min(p.next.saturating_add(share)).max(p.next)).collect();
+        if self.parts.iter().zip(&ends).all(|(p, &e)| e <= p.next) {
+            if limit.bounded {
+                return Ok(None);
+            }
+            // Nothing new: wait a little for a record rather than spin on the broker.
+            self.wait_for_any()?;
+            return Ok(Some(SourceBatch::default()));
+        }
+        self.read_to(&ends).map(Some)
+    }
+
+    /// Reads exactly up to a recorded batch end.
+    pub fn read_until(&mut self, end: &[TopicOffset]) -> Result<SourceBatch, KafkaError> {
+        let ends: Vec<i64> = self
+            .parts
+            .iter()
+            .map(|p| {
+                let topic = &self.topics[p.stream as usize];
+                end.iter().find(|o| &o.topic == topic && o.partition == p.partition).map_or(p.next, |o| o.offset)
+            })
+            .collect();
+        self.read_to(&ends)
+    }
+
+    pub fn commit_group_offsets(&mut self, at: &[TopicOffset]) {
+        let mut tpl = TopicPartitionList::new();
+        for o in at {
+            if tpl.add_partition_offset(&o.topic, o.partition, Offset::Offset(o.offset)).is_err() {
+                return;
+            }
+        }
+        if let Err(e) = self.consumer.commit(&tpl, CommitMode::Async) {
+            tracing::debug!("kafka: group offsets not committed (lag monitoring only): {e}");
+        }
+    }
+
+    /// Reads what has arrived, up to `max` records, waiting at most `wait` for the first one:
+    /// continuous mode, which has no planned ends.
+    pub fn poll_available(&mut self, max: usize, wait: Duration) -> Result<SourceBatch, KafkaError> {
+        let mut batch = SourceBatch::default();
+        for i in 0..self.parts.len() {
+            while batch.len() < max {
+                let Some(e) = self.parts[i].early.pop_front() else { break };
+                self.push_early(&mut batch, i, e);
+            }
+        }
+        let mut timeout = wait;
+        while batch.len() < max {
+            self.check_stop()?;
+            let Some(m) = self.consumer.poll(timeout) else { break };
+            timeout = Duration::ZERO;
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    self.consumer_error(e)?;
+                    continue;
+                }
+            };
+            let Some(&i) = self.index.get(&(m.topic().to_string(), m.partition())) else { continue };
+            if m.offset() < self.parts[i].next {
+                continue;
+            }
+            push_message(&mut batch, self.parts[i].stream, &m);
+            self.parts[i].next = m.offset() + 1;
+        }
+        Ok(batch)
+    }
+
+    fn read_to(&mut self, ends: &[i64]) -> Result<SourceBatch, KafkaError> {
+        let mut batch = SourceBatch::default();
+        let mut open = 0;
+        for i in 0..self.parts.len() {
+            while self.parts[i].next < ends[i] {
+                let Some(e) = self.parts[i].early.pop_front() else { break };
+                if e.offset >= ends[i] {
+                    self.parts[i].early.push_front(e);
+                    self.parts[i].next = ends[i];
+                    break;
+                }
+                self.push_early(&mut batch, i, e);
+            }
+            if self.parts[i].next < ends[i] {
+                open += 1;
+            }
+        }
+        self.resume_all()?;
+        while open > 0 {
+            self.check_stop()?;
+            let m = match self.consumer.poll(POLL) {
+                None => {
+                    // Offsets without records (transaction markers, compaction) are skipped by
+                    // the client: its position tells where a partition really stands.
+                    open -= self.settle_by_position(ends)?;
+                    continue;
+                }
+                Some(Err(e)) => {
+                    self.consumer_error(e)?;
+                    continue;
+                }
+                Some(Ok(m)) => m,
+            };
+            let Some(&i) = self.index.get(&(m.topic().to_string(), m.partition())) else { continue };
+            let (offset, end) = (m.offset(), ends[i]);
+            if offset < self.parts[i].next {
+                continue;
+            }
+            let was_open = self.parts[i].next < end;
+            if offset >= end {
+                self.parts[i].early.push_back(detach(&m));
+                if was_open {
+                    self.parts[i].next = end;
+                }
+            } else {
+                push_message(&mut batch, self.parts[i].stream, &m);
+                self.parts[i].next = offset + 1;
+            }
+            if was_open && self.parts[i].next >= end {
+                open -= 1;
+            }
+            if self.parts[i].early.len() >= EARLY_MAX {
+                self.pause(i)?;
+            }
+        }
+        Ok(batch)
+    }
+
+    fn push_early(&mut self, batch: &mut SourceBatch, i: usize, e: Early) {
+        let part = &mut self.parts[i];
+        let index = batch.len() as u32;
+        batch.records.headers.extend(
+            e.headers.into_iter().map(|(name, value)| crate::plugin::Header { index, name, value }),
+        );
+        let pos = Position { stream: part.stream, partition: part.partition, offset: e.offset, line: 0 };
+        batch.push(&e.value, &e.key, e.timestamp, pos);
+        part.next = e.offset + 1;
+    }
+
+    fn settle_by_position(&mut self, ends: &[i64]) -> Result<usize, KafkaError> {
+        let positions = match self.consumer.position() {
+            Ok(p) => p,
+            Err(_) => return Ok(0),
+        };
+        let mut settled = 0;
+        for (i, p) in self.parts.iter_mut().enumerate() {
+            if p.next >= ends[i] || !p.early.is_empty() {
+                continue;
+            }
+            let topic = &self.topics[p.stream as usize];
+            if let Some(Offset::Offset(at)) = positions.find_partition(topic, p.partition).map(|e| e.offset())
+                && at >= ends[i]
+            {
+                p.next = ends[i];
+                settled += 1;
+            }
+        }
+        Ok(settled)
+    }
+
+    fn high_watermarks(&self) -> Result<Vec<i64>, KafkaError> {
+        self.parts
+            .iter()
+            .map(|p| {
+                let topic = &self.topics[p.stream as usize];
+                with_retry(&self.stop, &format!("high watermark of {topic}/{}", p.partition), || {
+                    self.consumer.fetch_watermarks(topic, p.partition, CALL_TIMEOUT)
+                })
+                .map(|(_, high)| high)
+            })
+            .collect()
+    }
+
+    fn wait_for_any(&mut self) -> Result<(), KafkaError> {
+        self.resume_all()?;
+        match self.consumer.poll(POLL) {
+            None => Ok(()),
+            Some(Err(e)) => self.consumer_error(e),
+            Some(Ok(m)) => {
+                if let Some(&i) = self.index.get(&(m.topic().to_string(), m.partition()))
+                    && m.offset() >= self.parts[i].next
+                {
+                    self.parts[i].early.push_back(detach(&m));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn pause(&mut self, i: usize) -> Result<(), KafkaError> {
+        if self.parts[i].paused {
+            return Ok(());
+        }
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition(&self.topics[self.parts[i].stream as usize], self.parts[i].partition);
+        self.consumer.pause(&tpl).map_err(|e| KafkaError::Call { what: "pause".into(), source: e })?;
+        self.parts[i].paused = true;
+        Ok(())
+    }
+
+    /// Resumes the paused partitions whose waiting records have been taken.
+    fn resume_all(&mut self) -> Result<(), KafkaError> {
+        let mut tpl = TopicPartitionList::new();
+        for p in self.parts.iter_mut().filter(|p| p.paused && p.early.len() < EARLY_MAX / 2) {
+            tpl.add_partition(&self.topics[p.stream as usize], p.partition);
+            p.paused = false;
+        }
+        if tpl.count() > 0 {
+            self.consumer.resume(&tpl).map_err(|e| KafkaError::Call { what: "resume".into(), source: e })?;
+        }
+        Ok(())
+    }
+
+    /// A fetch error: data loss is fatal; anything else (a broker gone) is logged at most once
+    /// a second and waited out, since the client reconnects by itself.
+    fn consumer_error(&mut self, e: RdError) -> Result<(), KafkaError> {
+        if let RdError::MessageConsumption(RDKafkaErrorCode::AutoOffsetReset | RDKafkaErrorCode::OffsetOutOfRange) = e {
+            return Err(KafkaError::DataLoss { at: describe(&self.topics, &self.parts) });
+        }
+        if self.last_error_log.is_none_or(|t| t.elapsed() >= Duration::from_secs(1)) {
+            tracing::warn!("kafka: {e}; the client keeps retrying");
+            self.last_error_log = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn check_stop(&self) -> Result<(), KafkaError> {
+        if self.stop.load(Ordering::Relaxed) { Err(KafkaError::Stopped) } else { Ok(()) }
+    }
+}
+
+fn start_offset(
+    consumer: &BaseConsumer,
+    stop: &AtomicBool,
+    topic: &str,
+    partition: i32,
+    start: StartingOffsets,
+) -> Result<i64, KafkaError> {
+    let (low, high) = with_retry(stop, &format!("watermarks of {topic}/{partition}"), || {
+        consumer.fetch_watermarks(topic, partition, CALL_TIMEOUT)
+    })?;
+    match start {
+        StartingOffsets::Earliest => Ok(low),
+        StartingOffsets::Latest => Ok(high),
+        StartingOffsets::Timestamp(ms) => {
+            let mut tpl = TopicPartitionList::new();
+            tpl.add_partition_offset(topic, partition, Offset::Offset(ms))
+                .map_err(|e| KafkaError::Call { what: "offsets_for_times".into(), source: e })?;
+            let found = with_retry(stop, &format!("offset for time {ms} in {topic}/{partition}"), || {
+                consumer.offsets_for_times(tpl.clone(), CALL_TIMEOUT)
+            })?;
+            // No record at or after the time: start at the end.
+            Ok(match found.find_partition(topic, partition).map(|e| e.offset()) {
+                Some(Offset::Offset(o)) => o,
+                _ => high,
+            })
+        }
+    }
+}
+
+fn push_message<M: Message>(batch: &mut SourceBatch, stream: u16, m: &M) {
+    let index = batch.len() as u32;
+    if let Some(hs) = m.headers() {
+        for h in hs.iter() {
+            let value = h.value.unwrap_or_default().to_vec();
+            batch.records.headers.push(crate::plugin::Header { index, name: h.key.to_string(), value });
+        }
+    }
+    let pos = Position { stream, partition: m.partition(), offset: m.offset(), line: 0 };
+    let ts = m.timestamp().to_millis().unwrap_or(-1);
+    batch.push(m.payload().unwrap_or_default(), m.key().unwrap_or_default(), ts, pos);
+}
+
+fn detach<M: Message>(m: &M) -> Early {
+    let headers = m
+        .headers()
+        .map(|hs| hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect())
+        .unwrap_or_default();
+    Early {
+        offset: m.offset(),
+        value: m.payload().unwrap_or_default().to_vec(),
+        key: m.key().unwrap_or_default().to_vec(),
+        timestamp: m.timestamp().to_millis().unwrap_or(-1),
+        headers,
+    }
+}
+
+fn describe(topics: &[String], parts: &[Part]) -> String {
+    parts
+        .iter()
+        .map(|p| format!("{}/{}@{}", topics[p.stream as usize], p.partition, p.next))
+        .collect::<Vec<_>>()
+        .join(", ")
+}

@@ -1,0 +1,186 @@
+//! Sources: where raw records come from, and where each one was (its position), so that a batch
+//! can be re-read exactly after a crash and a bad record can be traced to its origin.
+//!
+//! A source reads forward in batches and can say where it stands as [`Offsets`], the value the
+//! checkpoint's offsets log records for each batch. Reading up to a recorded end again
+//! ([`Source::read_until`]) yields exactly the records the batch had the first time: that is how a
+//! planned batch without a commit is re-run after a crash.
+
+pub mod kafka;
+pub mod replay;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pipeline::{SourceConfig, SourceKind};
+use crate::plugin::RawBatch;
+
+pub use kafka::{KafkaError, TopicOffset};
+pub use replay::ReplayPosition;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Replay(#[from] replay::ReplayError),
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    #[error("the checkpoint's offsets are for a {found} source, this pipeline reads {expected}")]
+    WrongOffsets { expected: &'static str, found: &'static str },
+    #[error("stopped")]
+    Stopped,
+}
+
+/// Where one record came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Position {
+    /// The source's stream: the index of the record's topic in the source's topic list (0 for
+    /// a file).
+    pub stream: u16,
+    pub partition: i32,
+    pub offset: i64,
+    /// 1-based line in a recorded-events file; 0 for Kafka.
+    pub line: u64,
+}
+
+/// A record the source itself could not decode (a broken envelope line).
+#[derive(Debug, Clone)]
+pub struct BadRecord {
+    pub position: Position,
+    pub error: String,
+    pub raw: Vec<u8>,
+}
+
+/// One batch of raw records with their positions.
+#[derive(Debug, Default)]
+pub struct SourceBatch {
+    pub records: RawBatch,
+    pub positions: Vec<Position>,
+    pub bad: Vec<BadRecord>,
+}
+
+impl SourceBatch {
+    /// Records in the batch (not counting ones the source could not decode).
+    pub fn len(&self) -> usize {
+        self.positions.len()
+    }
+
+    /// No records and no undecodable lines.
+    pub fn is_empty(&self) -> bool {
+        self.positions.is_empty() && self.bad.is_empty()
+    }
+
+    fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
+        let r = &mut self.records;
+        r.values.extend_from_slice(value);
+        r.value_ends.push(r.values.len() as u32);
+        r.keys.extend_from_slice(key);
+        r.key_ends.push(r.keys.len() as u32);
+        r.timestamps.push(timestamp);
+        r.partitions.push(position.partition);
+        r.offsets.push(position.offset);
+        self.positions.push(position);
+    }
+}
+
+/// Where a source stands: the start and the end of every batch in the offsets log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case")]
+pub enum Offsets {
+    /// The next unread byte and the lines read so far.
+    Replay(ReplayPosition),
+    /// The next offset to read in each partition.
+    Kafka { partitions: Vec<TopicOffset> },
+}
+
+impl Offsets {
+    fn kind(&self) -> &'static str {
+        match self {
+            Offsets::Replay(_) => "replay",
+            Offsets::Kafka { .. } => "kafka",
+        }
+    }
+}
+
+/// What a batch may read.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit {
+    /// At most this many records.
+    pub records: usize,
+    /// Stop at the end of what was available when the run started (triggers `once` and
+    /// `available-now`); otherwise a batch takes what is there now and the stream never ends.
+    pub bounded: bool,
+}
+
+pub enum Source {
+    Replay(replay::ReplaySource),
+    Kafka(Box<kafka::KafkaSource>),
+}
+
+impl Source {
+    /// Opens the source at `at` (a checkpoint's offsets) or at its configured start.
+    pub fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Self, SourceError> {
+        match (&cfg.kind, at) {
+            (SourceKind::Replay { path, format }, None) => {
+                Ok(Source::Replay(replay::ReplaySource::open(path, *format, ReplayPosition::default())?))
+            }
+            (SourceKind::Replay { path, format }, Some(Offsets::Replay(p))) => {
+                Ok(Source::Replay(replay::ReplaySource::open(path, *format, *p)?))
+            }
+            (SourceKind::Kafka(k), None) => Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, &[], stop)?))),
+            (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
+                Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, partitions, stop)?)))
+            }
+            (kind, Some(found)) => Err(SourceError::WrongOffsets { expected: kind.name(), found: found.kind() }),
+        }
+    }
+
+    /// Where the source stands: the end of what it has read.
+    pub fn offsets(&self) -> Offsets {
+        match self {
+            Source::Replay(s) => Offsets::Replay(s.position()),
+            Source::Kafka(s) => Offsets::Kafka { partitions: s.offsets() },
+        }
+    }
+
+    /// The next batch; `None` at the end of a bounded input. An unbounded source that has
+    /// nothing new returns an empty batch after a short wait.
+    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
+        match self {
+            Source::Replay(s) => {
+                let b = s.next_batch(limit.records)?;
+                Ok((!b.is_empty()).then_some(b))
+            }
+            Source::Kafka(s) => Ok(s.next_batch(limit)?),
+        }
+    }
+
+    /// Reads exactly up to `end`, a batch's recorded end: the re-run of a planned batch.
+    pub fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
+        match (self, end) {
+            (Source::Replay(s), Offsets::Replay(p)) => Ok(s.read_until(*p)?),
+            (Source::Kafka(s), Offsets::Kafka { partitions }) => Ok(s.read_until(partitions)?),
+            (s, found) => {
+                let expected = s.offsets().kind();
+                Err(SourceError::WrongOffsets { expected, found: found.kind() })
+            }
+        }
+    }
+
+    /// Tells the outside world how far the pipeline has committed (Kafka: the consumer group's
+    /// offsets, for lag monitoring). Never read back: the checkpoint is the source of truth.
+    pub fn committed(&mut self, at: &Offsets) {
+        if let (Source::Kafka(s), Offsets::Kafka { partitions }) = (self, at) {
+            s.commit_group_offsets(partitions);
+        }
+    }
+
+    /// A human name for a stream, for dead letters and late output.
+    pub fn stream_name(&self, stream: u16) -> String {
+        match self {
+            Source::Replay(s) => s.path().display().to_string(),
+            Source::Kafka(s) => s.topic(stream).to_string(),
+        }
+    }
+}
