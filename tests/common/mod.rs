@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -53,7 +55,11 @@ pub struct Spec<'a> {
     pub watermark: &'a str,
     /// Appended TOML.
     pub extra: &'a str,
+    /// Body of `[source]` (default: the replay of `orders.jsonl` in batches of 5000).
+    pub source: &'a str,
 }
+
+const REPLAY_SOURCE: &str = "type = \"replay\"\npath = \"orders.jsonl\"\nmax_offsets_per_trigger = 5000";
 
 /// A pipeline file in `dir` over the real components.
 pub fn pipeline(dir: &Path, spec: Spec) -> PathBuf {
@@ -61,9 +67,7 @@ pub fn pipeline(dir: &Path, spec: Spec) -> PathBuf {
         r#"
 name = "test"
 [source]
-type = "replay"
-path = "orders.jsonl"
-max_offsets_per_trigger = 5000
+{source}
 [trigger]
 mode = "available-now"
 [parse]
@@ -84,6 +88,7 @@ plugin = "{agg}"
         watermark = spec.watermark,
         window = spec.window,
         extra = spec.extra,
+        source = if spec.source.is_empty() { REPLAY_SOURCE } else { spec.source },
     );
     let path = dir.join("pipeline.toml");
     std::fs::write(&path, text).unwrap();

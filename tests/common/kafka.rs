@@ -1,0 +1,176 @@
+//! Brokers for the Kafka tests: tansu (a real Kafka-protocol broker, a separate process, data
+//! in SQLite on disk, killable and restartable) and librdkafka's in-process mock cluster for
+//! the fast tests. See DESIGN.md §6 for what each can and cannot do.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+
+/// The tansu binary: `WEIR_TANSU`, else where `cargo xtask test` installs it.
+pub fn tansu_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("WEIR_TANSU") {
+        return p.into();
+    }
+    let home = std::env::var_os("HOME").expect("HOME is set");
+    let p = Path::new(&home).join(".cache/weir-tools/tansu-0.6.0/bin/tansu");
+    assert!(p.exists(), "{} is missing: `cargo xtask test` installs it (or set WEIR_TANSU)", p.display());
+    p
+}
+
+/// A tansu broker on a free loopback port, its data in `dir`.
+pub struct Tansu {
+    child: Option<Child>,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Tansu {
+    pub fn start(dir: &Path) -> Self {
+        std::fs::create_dir_all(dir).unwrap();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut t = Tansu { child: None, dir: dir.to_path_buf(), port };
+        t.spawn();
+        t
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn url(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("tansu.log")).unwrap();
+        let child = Command::new(tansu_bin())
+            .args(["broker", "--listener-url", &self.url(), "--advertised-listener-url", &self.url()])
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .current_dir(&self.dir)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("cannot start tansu");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    /// Waits until the broker answers a metadata request.
+    fn wait_ready(&self) {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", self.brokers()).create().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while consumer.fetch_metadata(None, Duration::from_secs(1)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not come up; see {}", self.dir.join("tansu.log").display());
+        }
+    }
+
+    /// SIGKILL: the broker goes away without a word, as a crashed one does.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port with the same data.
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn create_topic(&self, topic: &str, partitions: u32) {
+        let out = Command::new(tansu_bin())
+            .args(["topic", "create", "--broker", &self.url(), "--partitions", &partitions.to_string(), topic])
+            .current_dir(&self.dir)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "tansu topic create: {}", String::from_utf8_lossy(&out.stderr));
+    }
+}
+
+impl Drop for Tansu {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Produces every line of `file` to `topic`, line `i` to partition `i % partitions`, so each
+/// partition's event times advance together, as on a topic keyed evenly.
+pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path) -> usize {
+    let producer: BaseProducer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("enable.idempotence", "true")
+        .set("linger.ms", "20")
+        .create()
+        .unwrap();
+    let text = std::fs::read_to_string(file).unwrap();
+    let mut n = 0;
+    for (i, line) in text.lines().enumerate() {
+        let mut record = BaseRecord::<(), str>::to(topic).payload(line).partition(i as i32 % partitions);
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((_, r)) => {
+                    record = r;
+                    producer.poll(Duration::from_millis(5));
+                }
+            }
+        }
+        n += 1;
+    }
+    producer.flush(Duration::from_secs(60)).unwrap();
+    n
+}
+
+/// A record read back from an output topic.
+pub struct Out {
+    pub value: serde_json::Value,
+    pub batch: Option<u64>,
+}
+
+/// Reads `topic`'s partition `partition` from the start until `done` says so, with
+/// `read_committed`; panics after `timeout`.
+pub fn read_topic(brokers: &str, topic: &str, done: impl Fn(&[Out]) -> bool, timeout: Duration) -> Vec<Out> {
+    let consumer: BaseConsumer = ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", "weir-test-reader")
+        .set("isolation.level", "read_committed")
+        .set("fetch.wait.max.ms", "5")
+        .create()
+        .unwrap();
+    let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(5)).unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in md.topics()[0].partitions() {
+        tpl.add_partition_offset(topic, p.id(), Offset::Beginning).unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + timeout;
+    let mut out = Vec::new();
+    while !done(&out) {
+        assert!(Instant::now() < deadline, "{topic}: only {} records after {timeout:?}", out.len());
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
+            let value = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap();
+            let batch = m.headers().and_then(|hs| {
+                hs.iter().find(|h| h.key == "weir.batch").and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok())
+            });
+            out.push(Out { value, batch });
+        }
+    }
+    out
+}
+
+/// The `[source]` body for a Kafka topic; brokers without early fetch answers get a short
+/// fetch wait.
+pub fn kafka_source(brokers: &str, topic: &str, max_offsets_per_trigger: usize) -> String {
+    format!(
+        "type = \"kafka\"\ntopics = [\"{topic}\"]\nmax_offsets_per_trigger = {max_offsets_per_trigger}\n\
+         kafka.bootstrap.servers = \"{brokers}\"\nkafka.fetch.wait.max.ms = 10"
+    )
+}

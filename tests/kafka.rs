@@ -1,0 +1,231 @@
+//! The orders pipeline from a real Kafka-protocol broker (tansu, a separate process with its
+//! data on disk): exactly-once under repeated `kill -9` of `weir`, a broker restart mid-run,
+//! SIGTERM, `weir inspect`, and `weir record` feeding `weir test`.
+//!
+//! Every run is compared with the reference result (the oracle's rule for late events) and,
+//! where batches are involved, with an uninterrupted run row for row.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+use common::kafka::*;
+use common::*;
+
+const PARTITIONS: u32 = 4;
+
+/// The reference: 1-minute windows of the events a 10-minute watermark keeps.
+fn reference(events: &Path) -> Windows {
+    let (kept, _) = kept_orders(events);
+    sliding_reference(&kept, 60_000, 60_000)
+}
+
+/// The orders pipeline over `topic`, writing windows with the file sink into `dir/windows`.
+fn kafka_pipeline(dir: &Path, brokers: &str, topic: &str, max: usize, trigger: &str) -> std::path::PathBuf {
+    let extra = format!(
+        "{}[checkpoint]\nlocation = \"{}\"",
+        file_sink(&dir.join("windows")),
+        dir.join("checkpoint").display()
+    );
+    std::fs::create_dir_all(dir.join("windows")).unwrap();
+    let source = kafka_source(brokers, topic, max);
+    let p = pipeline(dir, Spec { window: TUMBLING, extra: &extra, source: &source, ..Default::default() });
+    let text = std::fs::read_to_string(&p).unwrap().replace("mode = \"available-now\"", trigger);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+fn spawn_run(p: &Path) -> Child {
+    weir().arg("run").arg(p).arg("--progress-json").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
+}
+
+/// xorshift: the kill schedule is reproducible from the printed seed.
+struct Rng(u64);
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+#[test]
+fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(&dir.path().join("tansu"));
+    broker.create_topic("orders", PARTITIONS);
+    let events = orders(dir.path(), 200_000, 21);
+    assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events), 200_000);
+    let want = reference(&events);
+
+    // Uninterrupted.
+    let straight = dir.path().join("straight");
+    let p = kafka_pipeline(&straight, &broker.brokers(), "orders", 4_000, "mode = \"available-now\"");
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let expected = sink_rows(&straight.join("windows"));
+    assert_eq!(windows_of(&expected), want, "uninterrupted run against the reference");
+
+    // Killed with SIGKILL after a random number (0-2) of committed batches, again and again.
+    let killed = dir.path().join("killed");
+    let p = kafka_pipeline(&killed, &broker.brokers(), "orders", 4_000, "mode = \"available-now\"");
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("kill schedule seed: {seed}");
+    let mut rng = Rng(seed);
+    let mut kills = 0;
+    loop {
+        let mut child = spawn_run(&p);
+        let wait_for = rng.below(3);
+        let (mut batches, mut was_killed, mut log) = (0, false, String::new());
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if line.starts_with('{') {
+                batches += 1;
+            } else {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            if batches >= wait_for && kills < 25 {
+                child.kill().unwrap();
+                was_killed = true;
+                break;
+            }
+        }
+        let status = child.wait().unwrap();
+        if was_killed && !status.success() {
+            kills += 1;
+            continue;
+        }
+        assert!(status.success(), "weir run failed: {status}\n{log}");
+        if !was_killed || batches == 0 {
+            break;
+        }
+    }
+    eprintln!("{kills} kills");
+    assert!(kills >= 20, "only {kills} kills landed");
+    let rows = sink_rows(&killed.join("windows"));
+    assert_eq!(windows_of(&rows), want, "no window lost, none duplicated");
+    assert_eq!(rows, expected, "same rows in the same batches as the uninterrupted run");
+
+    // The checkpoint tells where every partition stands.
+    let out = ok(weir().arg("inspect").arg(killed.join("checkpoint")).output().unwrap());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for part in 0..PARTITIONS {
+        assert!(text.contains(&format!("orders/{part}@50000")), "partition {part} fully read:\n{text}");
+    }
+    assert!(!text.contains("pending"), "nothing left to re-run:\n{text}");
+}
+
+#[test]
+fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Tansu::start(&dir.path().join("tansu"));
+    broker.create_topic("orders", PARTITIONS);
+    let events = orders(dir.path(), 60_000, 5);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+
+    let p = kafka_pipeline(dir.path(), &broker.brokers(), "orders", 1_000, "mode = \"available-now\"");
+    let mut child = weir()
+        .arg("run")
+        .arg(&p)
+        .arg("--progress-json")
+        .env("WEIR_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    // After the third batch, the broker dies; `weir` must say it is retrying; then it returns.
+    let mut batches = 0;
+    while batches < 3 {
+        let line = lines.next().expect("weir ended early").unwrap();
+        batches += line.starts_with('{') as usize;
+    }
+    broker.kill();
+    let mut log = String::new();
+    loop {
+        let line = lines.next().expect("weir ended without noticing the broker was gone").unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.contains("retrying") || line.contains("keeps retrying") {
+            break;
+        }
+    }
+    broker.restart();
+    for line in lines {
+        let line = line.unwrap();
+        if !line.starts_with('{') {
+            log.push_str(&line);
+            log.push('\n');
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "weir run failed after the broker came back: {status}\n{log}");
+    assert_eq!(windows_of(&sink_rows(&dir.path().join("windows"))), reference(&events));
+}
+
+#[test]
+fn sigterm_commits_and_exits_zero_and_the_run_resumes_from_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(&dir.path().join("tansu"));
+    broker.create_topic("orders", PARTITIONS);
+    let events = orders(dir.path(), 40_000, 8);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+
+    // A never-ending trigger: only a signal stops it.
+    let p = kafka_pipeline(dir.path(), &broker.brokers(), "orders", 1_000, "mode = \"processing-time\"");
+    let mut child = spawn_run(&p);
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let mut batches = 0;
+    while batches < 5 {
+        batches += lines.next().expect("weir ended early").unwrap().starts_with('{') as usize;
+    }
+    let pid = child.id().to_string();
+    ok(std::process::Command::new("kill").args(["-TERM", &pid]).output().unwrap());
+    let rest: Vec<String> = lines.map(|l| l.unwrap()).collect();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "SIGTERM must exit 0, got {status}:\n{}", rest.join("\n"));
+
+    let out = ok(weir().arg("inspect").arg(dir.path().join("checkpoint")).output().unwrap());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("committed  batches 0..="), "{text}");
+
+    // Finish what is there; the result is the whole input's, once.
+    let text = std::fs::read_to_string(&p).unwrap().replace("mode = \"processing-time\"", "mode = \"available-now\"");
+    std::fs::write(&p, text).unwrap();
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    assert_eq!(windows_of(&sink_rows(&dir.path().join("windows"))), reference(&events));
+}
+
+#[test]
+fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(&dir.path().join("tansu"));
+    broker.create_topic("orders", PARTITIONS);
+    let events = orders(dir.path(), 30_000, 3);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+
+    let recorded = dir.path().join("recorded.jsonl");
+    ok(weir()
+        .args(["record", "--brokers", &broker.brokers(), "--topic", "orders", "--out"])
+        .arg(&recorded)
+        .output()
+        .unwrap());
+    let lines = json_lines(&std::fs::read_to_string(&recorded).unwrap());
+    assert_eq!(lines.len(), 30_000);
+    let first = &lines[0];
+    for field in ["value", "partition", "offset", "timestamp"] {
+        assert!(first.get(field).is_some(), "envelope has {field}: {first}");
+    }
+    // Each partition's offsets are complete and in order.
+    for part in 0..PARTITIONS as i64 {
+        let offsets: Vec<i64> =
+            lines.iter().filter(|l| l["partition"] == part).map(|l| l["offset"].as_i64().unwrap()).collect();
+        assert_eq!(offsets, (0..offsets.len() as i64).collect::<Vec<_>>(), "partition {part}");
+    }
+
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    assert_eq!(windows_of(&weir_test(&p, &recorded)), reference(&events));
+}
