@@ -24,11 +24,8 @@ fn reference(events: &Path) -> Windows {
 
 /// The orders pipeline over `topic`, writing windows with the file sink into `dir/windows`.
 fn kafka_pipeline(dir: &Path, brokers: &str, topic: &str, max: usize, trigger: &str) -> std::path::PathBuf {
-    let extra = format!(
-        "{}[checkpoint]\nlocation = \"{}\"",
-        file_sink(&dir.join("windows")),
-        dir.join("checkpoint").display()
-    );
+    let extra =
+        format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&dir.join("windows")), dir.join("checkpoint").display());
     std::fs::create_dir_all(dir.join("windows")).unwrap();
     let source = kafka_source(brokers, topic, max);
     let p = pipeline(dir, Spec { window: TUMBLING, extra: &extra, source: &source, ..Default::default() });

@@ -108,11 +108,7 @@ fn continuous_mode_passes_records_through_as_they_arrive_and_stops_on_sigterm() 
 
 #[test]
 fn the_demo_prints_windows_and_alerts_and_stops_cleanly() {
-    let out = ok(weir()
-        .current_dir(root())
-        .args(["demo", "--events", "300000", "--rate", "100000"])
-        .output()
-        .unwrap());
+    let out = ok(weir().current_dir(root()).args(["demo", "--events", "300000", "--rate", "100000"]).output().unwrap());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let windows = stdout.lines().filter(|l| l.starts_with("window ")).count();
     assert!(windows >= 3, "finalized windows printed:\n{stdout}");

@@ -315,7 +315,9 @@ fn a_processing_time_trigger_gives_the_same_windows() {
 fn a_component_built_for_another_wit_version_is_refused_by_name() {
     let err = refused_with("orders_json", "wit_major_1_parser");
     assert!(
-        err.contains("weir:plugin@1.0.0") && err.contains("weir:plugin@0.2.x") && err.contains("wit_major_1_parser.wasm"),
+        err.contains("weir:plugin@1.0.0")
+            && err.contains("weir:plugin@0.2.x")
+            && err.contains("wit_major_1_parser.wasm"),
         "{err}"
     );
 }

@@ -216,7 +216,14 @@ mod tests {
         let c = CheckpointDir::open(d.path(), &meta("a")).unwrap();
         for id in 0..=RETAIN + 1 {
             let at = Offsets::Replay(ReplayPosition { byte: id, line: id });
-            let p = Planned { batch_id: id, start: at.clone(), end: at, idle: vec![(0, 1)], flush: false, planned_at_ms: 1 };
+            let p = Planned {
+                batch_id: id,
+                start: at.clone(),
+                end: at,
+                idle: vec![(0, 1)],
+                flush: false,
+                planned_at_ms: 1,
+            };
             c.plan(&p).unwrap();
             assert_eq!(c.planned(id).unwrap(), Some(p));
             c.commit(&Committed { batch_id: id, watermark: None, rows_out: 0, committed_at_ms: 2 }).unwrap();

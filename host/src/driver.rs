@@ -189,13 +189,19 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let mut progress = opts.progress;
     let stop = opts.stop;
     let result = match pipeline.trigger {
-        Trigger::Continuous { checkpoint_interval } => {
-            run.continuous(&mut batch_id, pipeline.source.max_offsets_per_trigger, checkpoint_interval, &stop, &mut progress)
-        }
+        Trigger::Continuous { checkpoint_interval } => run.continuous(
+            &mut batch_id,
+            pipeline.source.max_offsets_per_trigger,
+            checkpoint_interval,
+            &stop,
+            &mut progress,
+        ),
         _ => run.micro_batches(pipeline, &mut batch_id, &mut rerun, &stop, &mut progress),
     };
     match result {
-        Err(e) if e.is_stop() => tracing::info!("{}: stopped while waiting; the batch re-runs on restart", pipeline.name),
+        Err(e) if e.is_stop() => {
+            tracing::info!("{}: stopped while waiting; the batch re-runs on restart", pipeline.name)
+        }
         other => other?,
     }
     Ok(progress.finish(started.elapsed(), run.window.as_ref().map(|w| w.watermark.current())))
@@ -247,9 +253,10 @@ impl Run {
                         Some(b) if b.is_empty() => continue,
                         Some(b) => (b, false),
                         None => {
-                            let flush = self.window.as_ref().is_some_and(|w| {
-                                w.cfg.time.flush_at_end && w.watermark.current() != i64::MAX
-                            });
+                            let flush = self
+                                .window
+                                .as_ref()
+                                .is_some_and(|w| w.cfg.time.flush_at_end && w.watermark.current() != i64::MAX);
                             if !flush {
                                 break;
                             }

@@ -167,7 +167,13 @@ fn real_main() -> Result<()> {
             let p = load(&pipeline)?;
             let checkpoint = checkpoint.unwrap_or_else(|| driver::default_checkpoint(&p, &pipeline));
             let progress = Progress::new(&p.name, progress_json, Some(Duration::from_secs(2)));
-            let opts = RunOptions { output: Output::Pipeline, checkpoint, dead_letters: None, progress, stop: stop_on_signals()? };
+            let opts = RunOptions {
+                output: Output::Pipeline,
+                checkpoint,
+                dead_letters: None,
+                progress,
+                stop: stop_on_signals()?,
+            };
             let summary = driver::run(&p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))?;
             eprintln!("{}", summary.render());
         }

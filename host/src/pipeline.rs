@@ -457,7 +457,14 @@ fn build(
         SourceFile::Replay { path, format, max_offsets_per_trigger } => {
             (SourceKind::Replay { path: rel(&path), format }, max_offsets_per_trigger)
         }
-        SourceFile::Kafka { topics, partitions, starting_offsets, starting_timestamp, max_offsets_per_trigger, kafka } => {
+        SourceFile::Kafka {
+            topics,
+            partitions,
+            starting_offsets,
+            starting_timestamp,
+            max_offsets_per_trigger,
+            kafka,
+        } => {
             let options = kafka_options("source.kafka", kafka, invalid)?;
             if topics.is_empty() || topics.iter().any(String::is_empty) {
                 return Err(invalid("source.topics", "name at least one topic, e.g. topics = [\"orders\"]".into()));
@@ -485,7 +492,10 @@ fn build(
                 (None, StartingFile::Latest) => StartingOffsets::Latest,
             };
             let group_id = option(&options, "group.id").unwrap_or_else(|| format!("weir-{}", name));
-            (SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }), max_offsets_per_trigger)
+            (
+                SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }),
+                max_offsets_per_trigger,
+            )
         }
     };
     if max_offsets_per_trigger == Some(0) {
@@ -593,7 +603,11 @@ fn sink_config(
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
     let not_for = |key: &str, present: bool, kind: &str| {
-        if present { Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it"))) } else { Ok(()) }
+        if present {
+            Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it")))
+        } else {
+            Ok(())
+        }
     };
     match s.kind {
         SinkKindFile::Wasm => {
@@ -601,7 +615,10 @@ fn sink_config(
             not_for("kafka", s.kafka.is_some(), "Wasm")?;
             not_for("transactional", s.transactional.is_some(), "Wasm")?;
             let plugin = s.plugin.ok_or_else(|| {
-                invalid("sink.plugin", "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into())
+                invalid(
+                    "sink.plugin",
+                    "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into(),
+                )
             })?;
             let file = StageFile { plugin, config: s.config, grants: s.grants, limits: s.limits };
             Ok(SinkConfig::Wasm(stage("sink", file)?))
@@ -610,9 +627,10 @@ fn sink_config(
             not_for("plugin", s.plugin.is_some(), "Kafka")?;
             not_for("config", !s.config.is_empty(), "Kafka")?;
             not_for("grants", !s.grants.dirs.is_empty(), "Kafka")?;
-            let topic = s.topic.filter(|t| !t.is_empty()).ok_or_else(|| {
-                invalid("sink.topic", "the topic to write to, e.g. topic = \"alerts\"".into())
-            })?;
+            let topic = s
+                .topic
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| invalid("sink.topic", "the topic to write to, e.g. topic = \"alerts\"".into()))?;
             let options = kafka_options("sink.kafka", s.kafka.unwrap_or_default(), invalid)?;
             let transactional_id = option(&options, "transactional.id").unwrap_or_else(|| format!("weir-{name}"));
             if continuous && s.transactional == Some(true) {

@@ -70,7 +70,11 @@ impl Watermark {
     /// The partitions idle at `now`: what a batch planned now records.
     pub fn idle(&self, now: Instant) -> Vec<PartitionId> {
         let Some(timeout) = self.idle_timeout else { return Vec::new() };
-        self.partitions.iter().filter(|(_, p)| now.duration_since(p.last_active) >= timeout).map(|(&id, _)| id).collect()
+        self.partitions
+            .iter()
+            .filter(|(_, p)| now.duration_since(p.last_active) >= timeout)
+            .map(|(&id, _)| id)
+            .collect()
     }
 
     /// Moves the watermark at the end of a batch and returns it. `idle` is what [`Self::idle`]

@@ -152,7 +152,10 @@ fn produce(brokers: &str, rate: u64, events: Option<u64>, stop: &AtomicBool, pro
             }
             Err((e, _)) => {
                 producer.poll(Duration::from_millis(10));
-                if !matches!(e, rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)) {
+                if !matches!(
+                    e,
+                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
+                ) {
                     bail!("the demo producer failed: {e}");
                 }
             }
@@ -165,7 +168,7 @@ fn produce(brokers: &str, rate: u64, events: Option<u64>, stop: &AtomicBool, pro
 /// In every fifth simulated minute, one order in six more fails.
 fn with_bursts(line: &str, n: u64) -> String {
     let minute = n / 60_000;
-    if minute % 5 == 2 && n % 6 == 0 {
+    if minute % 5 == 2 && n.is_multiple_of(6) {
         line.replace("\"status\":\"OK\"", "\"status\":\"ERROR\"")
     } else {
         line.to_string()

@@ -21,7 +21,9 @@ pub fn inspect(dir: &Path, recent: usize) -> Result<String> {
     let (last, size) = if state_dir.exists() {
         let state = StateStore::open_read_only(&state_dir)?;
         let last: Option<StateMeta> = match state.meta()? {
-            Some(b) => Some(serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?),
+            Some(b) => Some(
+                serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?,
+            ),
             None => None,
         };
         (last, Some((state.estimated_keys(), dir_size(&state_dir))))

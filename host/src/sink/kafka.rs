@@ -13,8 +13,8 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -75,8 +75,9 @@ impl KafkaSink {
             // Latency over batching: send at once rather than lingering for more rows.
             defaults.push(("linger.ms", "0"));
         }
-        let producer: BaseProducer<Deliveries> =
-            client_config(&defaults, &cfg.options).create_with_context(Deliveries::default()).map_err(KafkaError::Config)?;
+        let producer: BaseProducer<Deliveries> = client_config(&defaults, &cfg.options)
+            .create_with_context(Deliveries::default())
+            .map_err(KafkaError::Config)?;
         if cfg.transactional {
             with_retry(&stop, "init_transactions", || producer.init_transactions(CALL_TIMEOUT))?;
         }
@@ -111,22 +112,42 @@ impl KafkaSink {
         ctx.failed.store(0, Ordering::Relaxed);
         if self.transactional {
             self.producer.begin_transaction()?;
-            if let Err(e) = self.produce(batch_id, rows).and_then(|()| self.producer.commit_transaction(CALL_TIMEOUT))
-            {
+            if let Err(e) = self.produce(batch_id, rows).and_then(|()| self.producer.commit_transaction(CALL_TIMEOUT)) {
                 let _ = self.producer.abort_transaction(CALL_TIMEOUT);
                 return Err(e);
             }
         } else {
             self.produce(batch_id, rows)?;
-            self.producer.flush(CALL_TIMEOUT)?;
+            self.flush()?;
         }
         if ctx.failed.load(Ordering::Relaxed) > 0 {
             let first = ctx.first_error.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
             return Err(RdError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fail)).inspect_err(|_| {
-                tracing::warn!("kafka sink: {} messages of batch {batch_id} failed: {first}", ctx.failed.load(Ordering::Relaxed));
+                tracing::warn!(
+                    "kafka sink: {} messages of batch {batch_id} failed: {first}",
+                    ctx.failed.load(Ordering::Relaxed)
+                );
             });
         }
         Ok(())
+    }
+}
+
+impl KafkaSink {
+    /// Waits until every message is acknowledged. Not rdkafka's `flush`, whose poll loop
+    /// sleeps out 100 ms slices even after the last acknowledgement has arrived.
+    fn flush(&self) -> Result<(), RdError> {
+        let deadline = Instant::now() + CALL_TIMEOUT;
+        loop {
+            self.producer.poll(Duration::ZERO);
+            if self.producer.in_flight_count() == 0 {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(RdError::Flush(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
+            }
+            self.producer.poll(Duration::from_micros(200));
+        }
     }
 }
 
@@ -146,9 +167,7 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
     // Only connection options carry over from the producer's configuration.
     let conn: Vec<(String, String)> = options
         .iter()
-        .filter(|(k, _)| {
-            k == "bootstrap.servers" || ["security.", "sasl.", "ssl."].iter().any(|p| k.starts_with(p))
-        })
+        .filter(|(k, _)| k == "bootstrap.servers" || ["security.", "sasl.", "ssl."].iter().any(|p| k.starts_with(p)))
         .cloned()
         .collect();
     let consumer: BaseConsumer = client_config(
@@ -162,7 +181,8 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
     )
     .create()
     .map_err(KafkaError::Config)?;
-    let md = with_retry(stop, &format!("metadata of topic {topic}"), || consumer.fetch_metadata(Some(topic), CALL_TIMEOUT))?;
+    let md =
+        with_retry(stop, &format!("metadata of topic {topic}"), || consumer.fetch_metadata(Some(topic), CALL_TIMEOUT))?;
     let Some(t) = md.topics().iter().find(|t| t.name() == topic && t.error().is_none()) else { return Ok(None) };
     let mut tpl = TopicPartitionList::new();
     let mut ends: HashMap<i32, i64> = HashMap::new();
@@ -187,7 +207,10 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 if let Some(hs) = m.headers() {
-                    let id = hs.iter().find(|h| h.key == BATCH_HEADER).and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok());
+                    let id = hs
+                        .iter()
+                        .find(|h| h.key == BATCH_HEADER)
+                        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok());
                     last = last.max(id);
                 }
                 if ends.get(&m.partition()).is_some_and(|&end| m.offset() + 1 >= end) {
@@ -206,7 +229,9 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
         }
     }
     if !ends.is_empty() {
-        tracing::warn!("kafka sink: could not read to the end of {topic} in 30 s; duplicates of the last batch are possible");
+        tracing::warn!(
+            "kafka sink: could not read to the end of {topic} in 30 s; duplicates of the last batch are possible"
+        );
     }
     Ok(last)
 }

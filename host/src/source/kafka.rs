@@ -188,7 +188,9 @@ impl KafkaSource {
                             };
                             return Err(KafkaError::Topic { topic: topic.clone(), message });
                         }
-                        None => return Err(KafkaError::Topic { topic: topic.clone(), message: "does not exist".into() }),
+                        None => {
+                            return Err(KafkaError::Topic { topic: topic.clone(), message: "does not exist".into() });
+                        }
                     };
                     wanted.extend(parts.iter().map(|p| (stream, p.id())));
                 }
@@ -226,7 +228,11 @@ impl KafkaSource {
     pub fn offsets(&self) -> Vec<TopicOffset> {
         self.parts
             .iter()
-            .map(|p| TopicOffset { topic: self.topics[p.stream as usize].clone(), partition: p.partition, offset: p.next })
+            .map(|p| TopicOffset {
+                topic: self.topics[p.stream as usize].clone(),
+                partition: p.partition,
+                offset: p.next,
+            })
             .collect()
     }
 
@@ -315,17 +321,17 @@ impl KafkaSource {
     fn read_to(&mut self, ends: &[i64]) -> Result<SourceBatch, KafkaError> {
         let mut batch = SourceBatch::default();
         let mut open = 0;
-        for i in 0..self.parts.len() {
-            while self.parts[i].next < ends[i] {
+        for (i, &end) in ends.iter().enumerate() {
+            while self.parts[i].next < end {
                 let Some(e) = self.parts[i].early.pop_front() else { break };
-                if e.offset >= ends[i] {
+                if e.offset >= end {
                     self.parts[i].early.push_front(e);
-                    self.parts[i].next = ends[i];
+                    self.parts[i].next = end;
                     break;
                 }
                 self.push_early(&mut batch, i, e);
             }
-            if self.parts[i].next < ends[i] {
+            if self.parts[i].next < end {
                 open += 1;
             }
         }
@@ -373,9 +379,11 @@ impl KafkaSource {
     fn push_early(&mut self, batch: &mut SourceBatch, i: usize, e: Early) {
         let part = &mut self.parts[i];
         let index = batch.len() as u32;
-        batch.records.headers.extend(
-            e.headers.into_iter().map(|(name, value)| crate::plugin::Header { index, name, value }),
-        );
+        batch.records.headers.extend(e.headers.into_iter().map(|(name, value)| crate::plugin::Header {
+            index,
+            name,
+            value,
+        }));
         let pos = Position { stream: part.stream, partition: part.partition, offset: e.offset, line: 0 };
         batch.push(&e.value, &e.key, e.timestamp, pos);
         part.next = e.offset + 1;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::pipeline::ReplayFormat;
 use super::{BadRecord, Position, SourceBatch};
+use crate::pipeline::ReplayFormat;
 use crate::plugin::Header;
 
 #[derive(Debug, thiserror::Error)]
@@ -183,7 +183,8 @@ fn detect(r: &mut impl BufRead) -> std::io::Result<ReplayFormat> {
         }
         let envelope = match serde_json::from_slice::<serde_json::Value>(&line) {
             Ok(serde_json::Value::Object(m)) => {
-                (m.contains_key("value") || m.contains_key("value_base64")) && m.keys().all(|k| ENVELOPE_KEYS.contains(&k.as_str()))
+                (m.contains_key("value") || m.contains_key("value_base64"))
+                    && m.keys().all(|k| ENVELOPE_KEYS.contains(&k.as_str()))
             }
             _ => false,
         };
