@@ -321,6 +321,7 @@ impl Run {
             }
             if last_commit.elapsed() >= interval || ended || stop.load(Ordering::Relaxed) {
                 if since.input_rows > 0 {
+                    self.sink.sync()?;
                     let last = *batch_id - 1;
                     self.commit(last, self.source.offsets(), &since)?;
                     since.batch_id = last;

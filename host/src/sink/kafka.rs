@@ -9,7 +9,10 @@
 //! reads the tail of every partition of its topic and skips the batches already there.
 //!
 //! Non-transactional (continuous mode, or brokers without transactions): an idempotent producer,
-//! flushed before the batch counts as delivered: at-least-once, with the header to dedupe on.
+//! at-least-once, with the header to dedupe on. With micro-batches a batch counts as delivered
+//! once every message is acknowledged. In continuous mode the acknowledgements are awaited only
+//! before the position is committed ([`RowSink::sync`]): waiting for them after every record
+//! would put a broker round trip in front of the next one.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -60,6 +63,8 @@ pub struct KafkaSink {
     producer: BaseProducer<Deliveries>,
     topic: String,
     transactional: bool,
+    /// Wait for acknowledgements only in `sync` (continuous mode).
+    lazy_acks: bool,
     /// The highest batch id already in the topic when the sink started.
     delivered: Option<u64>,
     stop: Arc<AtomicBool>,
@@ -85,7 +90,14 @@ impl KafkaSink {
         if let Some(b) = delivered {
             tracing::info!("kafka sink: batches up to {b} are already in topic {}", cfg.topic);
         }
-        Ok(Self { producer, topic: cfg.topic.clone(), transactional: cfg.transactional, delivered, stop })
+        Ok(Self {
+            producer,
+            topic: cfg.topic.clone(),
+            transactional: cfg.transactional,
+            lazy_acks: continuous && !cfg.transactional,
+            delivered,
+            stop,
+        })
     }
 
     fn produce(&self, batch_id: u64, rows: &Rows) -> Result<(), RdError> {
@@ -108,8 +120,9 @@ impl KafkaSink {
     }
 
     fn deliver_once(&self, batch_id: u64, rows: &Rows) -> Result<(), RdError> {
-        let ctx = self.producer.context();
-        ctx.failed.store(0, Ordering::Relaxed);
+        if !self.lazy_acks {
+            self.producer.context().failed.store(0, Ordering::Relaxed);
+        }
         if self.transactional {
             self.producer.begin_transaction()?;
             if let Err(e) = self.produce(batch_id, rows).and_then(|()| self.producer.commit_transaction(CALL_TIMEOUT)) {
@@ -118,15 +131,21 @@ impl KafkaSink {
             }
         } else {
             self.produce(batch_id, rows)?;
+            if self.lazy_acks {
+                self.producer.poll(Duration::ZERO);
+                return Ok(());
+            }
             self.flush()?;
         }
+        self.check_failures(&format!("batch {batch_id}"))
+    }
+
+    fn check_failures(&self, what: &str) -> Result<(), RdError> {
+        let ctx = self.producer.context();
         if ctx.failed.load(Ordering::Relaxed) > 0 {
             let first = ctx.first_error.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
             return Err(RdError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fail)).inspect_err(|_| {
-                tracing::warn!(
-                    "kafka sink: {} messages of batch {batch_id} failed: {first}",
-                    ctx.failed.load(Ordering::Relaxed)
-                );
+                tracing::warn!("kafka sink: {} messages of {what} failed: {first}", ctx.failed.load(Ordering::Relaxed));
             });
         }
         Ok(())
@@ -158,6 +177,15 @@ impl RowSink for KafkaSink {
         }
         let what = format!("deliver batch {batch_id} to topic {}", self.topic);
         with_retry(&self.stop, &what, || self.deliver_once(batch_id, rows))?;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), SinkError> {
+        if self.lazy_acks {
+            let failed = self.flush().and_then(|()| self.check_failures("the rows since the last checkpoint"));
+            self.producer.context().failed.store(0, Ordering::Relaxed);
+            failed.map_err(|e| KafkaError::Call { what: format!("deliver to topic {}", self.topic), source: e })?;
+        }
         Ok(())
     }
 }

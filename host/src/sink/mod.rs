@@ -49,6 +49,12 @@ pub trait RowSink {
     /// Delivers batch `batch_id` and makes it visible. Called again with the same rows if the
     /// process died before the batch was committed.
     fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), SinkError>;
+
+    /// Waits until everything delivered so far is durable; called before the source position
+    /// is committed. For sinks whose `deliver` already waits, nothing to do.
+    fn sync(&mut self) -> Result<(), SinkError> {
+        Ok(())
+    }
 }
 
 /// A Wasm sink plugin: `write-batch` then `commit`, skipped for empty batches.
