@@ -94,7 +94,7 @@ impl CheckpointDir {
         }
         let path = dir.join("metadata");
         match read_json::<Metadata>(&path)? {
-            None => write_json(&path, meta)?,
+            None => write_json(&path, meta, true)?,
             Some(found) if found.fingerprint == meta.fingerprint => {}
             Some(found) => {
                 return Err(CheckpointError {
@@ -126,17 +126,20 @@ impl CheckpointDir {
         &self.dir
     }
 
+    /// Durable before the batch runs: once a sink may have seen the batch, a re-run must read
+    /// exactly the same range.
     pub fn plan(&self, p: &Planned) -> Result<(), CheckpointError> {
-        write_json(&self.entry("offsets", p.batch_id), p)
+        write_json(&self.entry("offsets", p.batch_id), p, true)
     }
 
     pub fn planned(&self, batch_id: u64) -> Result<Option<Planned>, CheckpointError> {
         read_json(&self.entry("offsets", batch_id))
     }
 
-    /// Records batch `c.batch_id` as done and forgets batches older than [`RETAIN`].
+    /// Records batch `c.batch_id` as done and forgets batches older than [`RETAIN`]. Not synced:
+    /// the state's synced record of the batch is the truth, and recovery rewrites a lost entry.
     pub fn commit(&self, c: &Committed) -> Result<(), CheckpointError> {
-        write_json(&self.entry("commits", c.batch_id), c)?;
+        write_json(&self.entry("commits", c.batch_id), c, false)?;
         if let Some(old) = c.batch_id.checked_sub(RETAIN) {
             for sub in ["offsets", "commits"] {
                 // Best effort: a leftover old entry is harmless, and is removed next time.
@@ -188,14 +191,18 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, CheckpointEr
     })
 }
 
-/// Write to a temporary name, sync, rename over, sync the directory: all or nothing.
-fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<(), CheckpointError> {
+/// Write to a temporary name and rename over: all or nothing. `durable`: also sync the file and
+/// its directory first, so the write survives a machine crash, not only a process crash.
+fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> Result<(), CheckpointError> {
     let tmp = path.with_extension("tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io_err(path, std::io::Error::other(e)))?;
     let mut f = fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
-    f.write_all(&bytes).and_then(|()| f.sync_all()).map_err(|e| io_err(&tmp, e))?;
+    f.write_all(&bytes).map_err(|e| io_err(&tmp, e))?;
+    if durable {
+        f.sync_all().map_err(|e| io_err(&tmp, e))?;
+    }
     fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    if let Some(dir) = path.parent() {
+    if let Some(dir) = path.parent().filter(|_| durable) {
         fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, e))?;
     }
     Ok(())

@@ -240,6 +240,7 @@ impl Run {
                 next_start = Instant::now() + interval;
             }
             let t0 = Instant::now();
+            let mut plan_time = Duration::ZERO;
             let (batch, plan) = match rerun.take() {
                 Some(plan) => (self.source.read_until(&plan.end)?, plan),
                 None => {
@@ -265,11 +266,13 @@ impl Run {
                     };
                     let end = self.source.offsets();
                     let plan = Planned { batch_id: *batch_id, start, end, idle, flush, planned_at_ms: now_ms() };
+                    let t = Instant::now();
                     self.checkpoint.plan(&plan)?;
+                    plan_time = t.elapsed();
                     (batch, plan)
                 }
             };
-            let read = t0.elapsed();
+            let read = t0.elapsed() - plan_time;
             let (rows, mut report) = self.process(*batch_id, &batch, plan.flush, &plan.idle)?;
             let t = Instant::now();
             self.sink.deliver(*batch_id, &rows)?;
@@ -278,6 +281,7 @@ impl Run {
             self.commit(*batch_id, plan.end, &report)?;
             report.durations.commit_ms = ms(t);
             report.durations.read_ms = read.as_secs_f64() * 1e3;
+            report.durations.plan_ms = plan_time.as_secs_f64() * 1e3;
             report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
             progress.batch(&report);
             *batch_id += 1;

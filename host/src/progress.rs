@@ -11,6 +11,8 @@ use serde::Serialize;
 #[serde(rename_all = "camelCase")]
 pub struct Durations {
     pub read_ms: f64,
+    /// Writing the batch's plan to the offsets log (synced).
+    pub plan_ms: f64,
     pub parse_ms: f64,
     pub transform_ms: f64,
     pub aggregate_ms: f64,
