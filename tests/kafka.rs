@@ -55,7 +55,7 @@ fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
     let broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 200_000, 21);
-    assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events), 200_000);
+    assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false), 200_000);
     let want = reference(&events);
 
     // Uninterrupted.
@@ -121,7 +121,7 @@ fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
     let mut broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 60_000, 5);
-    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
 
     let p = kafka_pipeline(dir.path(), &broker.brokers(), "orders", 1_000, "mode = \"available-now\"");
     let mut child = weir()
@@ -169,7 +169,7 @@ fn sigterm_commits_and_exits_zero_and_the_run_resumes_from_there() {
     let broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 40_000, 8);
-    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
 
     // A never-ending trigger: only a signal stops it.
     let p = kafka_pipeline(dir.path(), &broker.brokers(), "orders", 1_000, "mode = \"processing-time\"");
@@ -202,7 +202,7 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
     let broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 30_000, 3);
-    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events);
+    produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
 
     let recorded = dir.path().join("recorded.jsonl");
     ok(weir()
@@ -212,9 +212,10 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
         .unwrap());
     let lines = json_lines(&std::fs::read_to_string(&recorded).unwrap());
     assert_eq!(lines.len(), 30_000);
-    let first = &lines[0];
-    for field in ["value", "partition", "offset", "timestamp"] {
-        assert!(first.get(field).is_some(), "envelope has {field}: {first}");
+    for l in &lines {
+        let order: serde_json::Value = serde_json::from_str(l["value"].as_str().unwrap()).unwrap();
+        assert_eq!(l["key"], order["user_id"].to_string(), "key: {l}");
+        assert_eq!(l["timestamp"], order["order_ts"], "timestamp: {l}");
     }
     // Each partition's offsets are complete and in order.
     for part in 0..PARTITIONS as i64 {
@@ -225,4 +226,18 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
 
     let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
     assert_eq!(windows_of(&weir_test(&p, &recorded)), reference(&events));
+
+    // Starting by timestamp: each partition from its first record at or after the time.
+    let from = lines[lines.len() / 2]["timestamp"].as_i64().unwrap();
+    let mut want = 0;
+    for part in 0..PARTITIONS as i64 {
+        let ts: Vec<i64> =
+            lines.iter().filter(|l| l["partition"] == part).map(|l| l["timestamp"].as_i64().unwrap()).collect();
+        want += ts.len() - ts.iter().position(|&t| t >= from).unwrap_or(ts.len());
+    }
+    let out = ok(weir()
+        .args(["record", "--brokers", &broker.brokers(), "--topic", "orders", "--from", &from.to_string()])
+        .output()
+        .unwrap());
+    assert_eq!(json_lines(&String::from_utf8(out.stdout).unwrap()).len(), want);
 }

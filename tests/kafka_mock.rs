@@ -33,7 +33,7 @@ fn the_kafka_sink_writes_each_batch_in_a_transaction_once() {
     let brokers = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 20_000, 4);
-    produce_lines(&brokers, "orders", 2, &events);
+    produce_lines(&brokers, "orders", 2, &events, true);
     let want = {
         let (kept, _) = kept_orders(&events);
         sliding_reference(&kept, 60_000, 60_000)
@@ -89,7 +89,7 @@ fn continuous_mode_passes_records_through_as_they_arrive_and_stops_on_sigterm() 
     let mut child = weir().arg("run").arg(&p).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     // Records produced while it runs come out without any trigger.
     let events = orders(dir.path(), 5_000, 9);
-    produce_lines(&brokers, "orders", 1, &events);
+    produce_lines(&brokers, "orders", 1, &events, true);
     let text = std::fs::read_to_string(&events).unwrap();
     let want: Vec<serde_json::Value> =
         json_lines(&text).into_iter().filter(|v| v["status"] == "ERROR" || v["status"] == "PENDING").collect();
@@ -115,4 +115,30 @@ fn the_demo_prints_windows_and_alerts_and_stops_cleanly() {
     assert!(stdout.lines().any(|l| l.starts_with("ALERT")), "the injected error burst raises an alert:\n{stdout}");
     let stderr = String::from_utf8(out.stderr).unwrap();
     assert!(stderr.contains("produced 300000 orders"), "{stderr}");
+}
+
+#[test]
+fn weir_record_captures_key_timestamp_partition_offset_and_headers() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 3, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 3_000, 2);
+    produce_lines(&brokers, "orders", 3, &events, true);
+    let out = ok(weir().args(["record", "--brokers", &brokers, "--topic", "orders"]).output().unwrap());
+    let lines = json_lines(&String::from_utf8(out.stdout).unwrap());
+    let sent = json_lines(&std::fs::read_to_string(&events).unwrap());
+    assert_eq!(lines.len(), sent.len());
+    for l in &lines {
+        let (part, offset) = (l["partition"].as_i64().unwrap(), l["offset"].as_i64().unwrap());
+        // Line i went to partition i % 3, at offset i / 3.
+        let order = &sent[(offset * 3 + part) as usize];
+        assert_eq!(
+            l["value"].as_str().map(|v| serde_json::from_str::<serde_json::Value>(v).unwrap()).as_ref(),
+            Some(order)
+        );
+        assert_eq!(l["key"], order["user_id"].to_string());
+        assert_eq!(l["timestamp"], order["order_ts"]);
+        assert_eq!(l["headers"]["producer"], "weir-test");
+    }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -101,9 +101,11 @@ impl Drop for Tansu {
     }
 }
 
-/// Produces every line of `file` to `topic`, line `i` to partition `i % partitions`, so each
-/// partition's event times advance together, as on a topic keyed evenly.
-pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path) -> usize {
+/// Produces every order line of `file` to `topic`, line `i` to partition `i % partitions`, so
+/// each partition's event times advance together, as on a topic keyed evenly. Each record has
+/// the user id as key and `order_ts` as timestamp; with `headers`, also a `producer: weir-test`
+/// header (tansu 0.6.0 spins at 100% CPU on records with headers, so only the mock gets them).
+pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path, headers: bool) -> usize {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("enable.idempotence", "true")
@@ -113,7 +115,16 @@ pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path) -
     let text = std::fs::read_to_string(file).unwrap();
     let mut n = 0;
     for (i, line) in text.lines().enumerate() {
-        let mut record = BaseRecord::<(), str>::to(topic).payload(line).partition(i as i32 % partitions);
+        let order: serde_json::Value = serde_json::from_str(line).unwrap();
+        let key = order["user_id"].to_string();
+        let mut record = BaseRecord::to(topic)
+            .payload(line)
+            .key(&key)
+            .partition(i as i32 % partitions)
+            .timestamp(order["order_ts"].as_i64().unwrap());
+        if headers {
+            record = record.headers(OwnedHeaders::new().insert(Header { key: "producer", value: Some("weir-test") }));
+        }
         loop {
             match producer.send(record) {
                 Ok(()) => break,
