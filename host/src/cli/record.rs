@@ -68,16 +68,19 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> 
             Err(weir::source::KafkaError::Stopped) => break,
             Err(e) => return Err(e).context("reading the topic"),
         };
-        written += write_batch(&batch, out)?;
+        let room = args.max.map_or(usize::MAX, |m| (m - written) as usize);
+        written += write_batch(&batch, room, out)?;
     }
     out.flush().context("cannot write the recording")?;
     Ok(written)
 }
 
-fn write_batch(b: &SourceBatch, out: &mut dyn Write) -> Result<u64> {
+/// Writes the batch's first `room` records (a batch is split over partitions, so it may hold a
+/// few more than `--max` asked for).
+fn write_batch(b: &SourceBatch, room: usize, out: &mut dyn Write) -> Result<u64> {
     let r = &b.records;
     let mut headers = r.headers.iter().peekable();
-    for (i, pos) in b.positions.iter().enumerate() {
+    for (i, pos) in b.positions.iter().enumerate().take(room) {
         let value = &r.values[start(&r.value_ends, i)..r.value_ends[i] as usize];
         let key = &r.keys[start(&r.key_ends, i)..r.key_ends[i] as usize];
         let mut hs = serde_json::Map::new();
@@ -97,7 +100,7 @@ fn write_batch(b: &SourceBatch, out: &mut dyn Write) -> Result<u64> {
         serde_json::to_writer(&mut *out, &e)?;
         out.write_all(b"\n")?;
     }
-    Ok(b.positions.len() as u64)
+    Ok(b.positions.len().min(room) as u64)
 }
 
 fn start(ends: &[u32], i: usize) -> usize {
