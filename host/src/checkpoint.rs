@@ -65,7 +65,8 @@ pub struct Planned {
 pub struct Committed {
     pub batch_id: u64,
     pub watermark: Option<i64>,
-    pub rows_out: usize,
+    /// `None` when recovery wrote the entry (the batch's state was committed, its entry lost).
+    pub rows_out: Option<usize>,
     pub committed_at_ms: i64,
 }
 
@@ -233,7 +234,7 @@ mod tests {
             };
             c.plan(&p).unwrap();
             assert_eq!(c.planned(id).unwrap(), Some(p));
-            c.commit(&Committed { batch_id: id, watermark: None, rows_out: 0, committed_at_ms: 2 }).unwrap();
+            c.commit(&Committed { batch_id: id, watermark: None, rows_out: Some(0), committed_at_ms: 2 }).unwrap();
         }
         assert_eq!(c.ids("commits").unwrap(), (2..=RETAIN + 1).collect::<Vec<_>>());
         assert!(c.planned(1).unwrap().is_none());

@@ -126,7 +126,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         && checkpoint.committed(last)?.is_none()
     {
         let watermark = restored.as_ref().map(|m| m.watermark.current);
-        checkpoint.commit(&Committed { batch_id: last, watermark, rows_out: 0, committed_at_ms: now_ms() })?;
+        checkpoint.commit(&Committed { batch_id: last, watermark, rows_out: None, committed_at_ms: now_ms() })?;
     }
     let mut rerun = checkpoint.planned(batch_id)?;
 
@@ -359,7 +359,7 @@ impl Run {
         self.checkpoint.commit(&Committed {
             batch_id,
             watermark: report.watermark,
-            rows_out: report.rows_out,
+            rows_out: Some(report.rows_out),
             committed_at_ms: now_ms(),
         })?;
         self.source.committed(&meta.source);

@@ -58,7 +58,7 @@ pub fn inspect(dir: &Path, recent: usize) -> Result<String> {
         let done = match cp.committed(*id)? {
             Some(c) => format!(
                 "committed, {} rows out, watermark {}",
-                c.rows_out,
+                c.rows_out.map_or("?".into(), |n| n.to_string()),
                 c.watermark.map_or("none".into(), show_time)
             ),
             None => "not committed".into(),
