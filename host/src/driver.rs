@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 use crate::aggregate::{AggregateError, WindowOperator};
 use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, now_ms};
 use crate::emit::EmitError;
-use crate::pipeline::{LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
+use crate::isolate::{isolate, slice_events, slice_records};
+use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
 use crate::plugin::{Aggregator, EventBatch, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
 use crate::progress::{BatchProgress, Durations, Progress, Summary};
 use crate::side_output::{DeadLetter, LateEvent, SideOutput, SideOutputError};
@@ -95,6 +96,8 @@ struct WindowStage {
 
 struct Run {
     checkpoint: CheckpointDir,
+    failure: FailurePolicy,
+    stop: Arc<AtomicBool>,
     source: Source,
     parser: Parser,
     transforms: Vec<Transformer>,
@@ -169,6 +172,8 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let source = Source::open(&pipeline.source, restored.as_ref().map(|m| &m.source), opts.stop.clone())?;
     let mut run = Run {
         checkpoint,
+        failure: pipeline.failure,
+        stop: opts.stop.clone(),
         source,
         parser: Parser::new(runtime, pipeline.parse.clone())?,
         transforms: pipeline
@@ -393,24 +398,34 @@ impl Run {
         report.dead_letters += batch.bad.len();
 
         let t = Instant::now();
-        let out = if !batch.positions.is_empty() { Some(self.parser.parse(&batch.records)?) } else { None };
+        let mut events = EventBatch::default();
+        if !batch.positions.is_empty() {
+            let (records, parser) = (&batch.records, &mut self.parser);
+            let (out, failed) = isolate(batch.len(), &self.failure, &self.stop, |r| {
+                if r.len() == batch.len() { parser.parse(records) } else { parser.parse(&slice_records(records, r)) }
+            })?;
+            report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
+            report.dead_letters += self.plugin_failures(batch_id, "parse", batch, failed, None)?;
+            events = out.events;
+        }
         d.parse_ms = ms(t);
-        let mut events = match out {
-            Some(out) => {
-                report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
-                out.events
-            }
-            None => EventBatch::default(),
-        };
 
         let t = Instant::now();
         for i in 0..self.transforms.len() {
             if events.times.is_empty() {
                 break;
             }
-            let out = self.transforms[i].transform(&events)?;
+            let (input, transform) = (&events, &mut self.transforms[i]);
+            let (out, failed) = isolate(input.times.len(), &self.failure, &self.stop, |r| {
+                if r.len() == input.times.len() {
+                    transform.transform(input)
+                } else {
+                    transform.transform(&slice_events(input, r))
+                }
+            })?;
             let stage = format!("transform[{i}]");
             report.dead_letters += self.dead_letters(batch_id, &stage, batch, &out.errors, Some(&events.origins))?;
+            report.dead_letters += self.plugin_failures(batch_id, &stage, batch, failed, Some(&events.origins))?;
             // Keep origins pointing at source records, whatever the number of transforms.
             let mut next = out.events;
             for o in next.origins.iter_mut() {
@@ -487,15 +502,42 @@ impl Run {
         errors: &[RecordError],
         origins: Option<&[u32]>,
     ) -> Result<usize, RunError> {
+        let errors = errors.iter().map(|e| (e.index as usize, kind_name(e), e.message.clone()));
+        self.write_dead_letters(batch_id, stage, batch, errors, origins)
+    }
+
+    /// Writes the records a plugin failed on (isolated by the failure policy) as dead letters.
+    fn plugin_failures(
+        &mut self,
+        batch_id: u64,
+        stage: &str,
+        batch: &SourceBatch,
+        failed: Vec<(usize, PluginError)>,
+        origins: Option<&[u32]>,
+    ) -> Result<usize, RunError> {
+        let failed = failed.into_iter().map(|(i, e)| (i, "plugin-failure", e.to_string()));
+        self.write_dead_letters(batch_id, stage, batch, failed, origins)
+    }
+
+    fn write_dead_letters(
+        &mut self,
+        batch_id: u64,
+        stage: &str,
+        batch: &SourceBatch,
+        errors: impl Iterator<Item = (usize, &'static str, String)>,
+        origins: Option<&[u32]>,
+    ) -> Result<usize, RunError> {
         let r = &batch.records;
-        for e in errors {
-            let rec = origins.map_or(e.index, |o| o[e.index as usize]) as usize;
+        let mut n = 0;
+        for (index, kind, message) in errors {
+            let rec = origins.map_or(index, |o| o[index] as usize);
             let pos = batch.positions[rec];
+            n += 1;
             self.dead.write(&DeadLetter {
                 batch_id,
                 stage,
-                kind: kind_name(e),
-                error: &e.message,
+                kind,
+                error: &message,
                 source: &self.source.stream_name(pos.stream),
                 partition: pos.partition,
                 offset: pos.offset,
@@ -503,7 +545,7 @@ impl Run {
                 value: String::from_utf8_lossy(slice(&r.values, &r.value_ends, rec)).into_owned(),
             })?;
         }
-        Ok(errors.len())
+        Ok(n)
     }
 }
 

@@ -10,6 +10,7 @@ pub mod aggregate;
 pub mod checkpoint;
 pub mod driver;
 pub mod emit;
+pub mod isolate;
 pub mod pipeline;
 pub mod plugin;
 pub mod progress;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::plugin::{DirGrant, Limits, StageSpec};
+use crate::plugin::{DirGrant, Grants, Limits, StageSpec};
 use crate::window::WindowSpec;
 
 /// A bad pipeline file: which key, and what is wrong with it.
@@ -63,6 +63,43 @@ struct PipelineFile {
     sink: Option<SinkFile>,
     checkpoint: Option<CheckpointFile>,
     dead_letter: Option<DeadLetterFile>,
+    #[serde(default)]
+    failure: FailureFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FailureFile {
+    #[serde(default)]
+    policy: FailureMode,
+    retries: Option<u32>,
+    backoff: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+enum FailureMode {
+    #[default]
+    DeadLetter,
+    FailFast,
+}
+
+/// What happens when a plugin traps, runs out of time or memory, or breaks a limit.
+#[derive(Debug, Clone, Copy)]
+pub struct FailurePolicy {
+    /// Stop the pipeline at the first failure (after the retries) instead of isolating the
+    /// records that cause it.
+    pub fail_fast: bool,
+    /// Attempts of the whole batch after the first, before isolating.
+    pub retries: u32,
+    /// Wait before the first retry; doubles with each.
+    pub backoff: Duration,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self { fail_fast: false, retries: 2, backoff: Duration::from_millis(100) }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -181,6 +218,16 @@ struct StageFile {
 struct GrantsFile {
     #[serde(default)]
     dirs: Vec<DirGrantFile>,
+    /// Names of environment variables to pass through.
+    #[serde(default)]
+    env: Vec<String>,
+    #[serde(default)]
+    clocks: bool,
+    #[serde(default)]
+    random: bool,
+    /// "host:port" addresses the plugin may open TCP connections to.
+    #[serde(default)]
+    network: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -197,6 +244,7 @@ struct DirGrantFile {
 struct LimitsFile {
     call_timeout: Option<Dur>,
     max_memory_mb: Option<u64>,
+    max_output_mb: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -386,6 +434,7 @@ pub struct Pipeline {
     pub sink: Option<SinkConfig>,
     pub checkpoint: Option<PathBuf>,
     pub dead_letter: Option<PathBuf>,
+    pub failure: FailurePolicy,
 }
 
 impl Pipeline {
@@ -440,7 +489,26 @@ fn build(
             }
             limits.max_memory = (mb as usize) << 20;
         }
-        let mut dirs = Vec::new();
+        if let Some(mb) = s.limits.max_output_mb {
+            if !(1..=4_096).contains(&mb) {
+                return Err(invalid(&format!("{key}.limits.max_output_mb"), format!("{mb}: allowed 1 to 4096")));
+            }
+            limits.max_output = (mb as usize) << 20;
+        }
+        let mut grants = Grants { clocks: s.grants.clocks, random: s.grants.random, ..Grants::default() };
+        for name in s.grants.env {
+            let value = std::env::var(&name).map_err(|_| {
+                invalid(&format!("{key}.grants.env"), format!("`{name}` is not set in Weir's environment"))
+            })?;
+            grants.env.push((name, value));
+        }
+        for (i, a) in s.grants.network.iter().enumerate() {
+            use std::net::ToSocketAddrs;
+            let addrs = a.to_socket_addrs().map_err(|e| {
+                invalid(&format!("{key}.grants.network[{i}]"), format!("`{a}`: {e}; write \"host:port\""))
+            })?;
+            grants.network.extend(addrs);
+        }
         for (i, d) in s.grants.dirs.into_iter().enumerate() {
             if !d.guest.starts_with('/') {
                 return Err(invalid(
@@ -448,9 +516,15 @@ fn build(
                     format!("`{}`: must be an absolute path inside the sandbox, e.g. \"/out\"", d.guest),
                 ));
             }
-            dirs.push(DirGrant { host: rel(&d.host), guest: d.guest, writable: d.writable });
+            grants.dirs.push(DirGrant { host: rel(&d.host), guest: d.guest, writable: d.writable });
         }
-        Ok(StageSpec { name: format!("{name}/{key}"), component: rel(&s.plugin), config_json, dirs, limits })
+        Ok(StageSpec {
+            name: format!("{name}/{key} ({})", s.plugin.file_name().map_or("?".into(), |f| f.to_string_lossy())),
+            component: rel(&s.plugin),
+            config_json,
+            grants,
+            limits,
+        })
     };
 
     let (kind, max_offsets_per_trigger) = match f.source {
@@ -592,6 +666,11 @@ fn build(
         sink,
         checkpoint: f.checkpoint.map(|c| rel(&c.location)),
         dead_letter: f.dead_letter.map(|d| rel(&d.path)),
+        failure: FailurePolicy {
+            fail_fast: f.failure.policy == FailureMode::FailFast,
+            retries: f.failure.retries.unwrap_or(FailurePolicy::default().retries),
+            backoff: f.failure.backoff.map_or(FailurePolicy::default().backoff, |d| d.0),
+        },
     })
 }
 
@@ -626,7 +705,9 @@ fn sink_config(
         SinkKindFile::Kafka => {
             not_for("plugin", s.plugin.is_some(), "Kafka")?;
             not_for("config", !s.config.is_empty(), "Kafka")?;
-            not_for("grants", !s.grants.dirs.is_empty(), "Kafka")?;
+            let g = &s.grants;
+            let granted = !g.dirs.is_empty() || !g.env.is_empty() || g.clocks || g.random || !g.network.is_empty();
+            not_for("grants", granted, "Kafka")?;
             let topic = s
                 .topic
                 .filter(|t| !t.is_empty())
@@ -754,7 +835,7 @@ mod tests {
         let w = p.windowed.unwrap();
         assert_eq!(w.time.delay_ms, 600_000);
         assert_eq!(w.aggregate.config_json, r#"{"error_status":"ERROR"}"#);
-        assert_eq!(w.aggregate.name, "orders/aggregate");
+        assert_eq!(w.aggregate.name, "orders/aggregate (a.wasm)");
     }
 
     #[test]

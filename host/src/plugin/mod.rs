@@ -23,7 +23,7 @@ use wasmtime::{Config, Engine};
 
 pub use bindings::weir::plugin::types::{BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind};
 pub use roles::{AggregateFns, Aggregator, Parser, RowBatch, Sink, Transformer};
-pub use sandbox::{DirGrant, Limits, PluginError, StageSpec};
+pub use sandbox::{DirGrant, Grants, Limits, PluginError, StageSpec, WitError};
 
 mod bindings {
     wasmtime::component::bindgen!({

@@ -82,6 +82,18 @@ fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), P
     Ok(())
 }
 
+/// Refuses a call's output over `limits.max_output`.
+fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Result<(), PluginError> {
+    let max = sandbox.limits().max_output;
+    if bytes > max {
+        return Err(PluginError::Limit {
+            stage: sandbox.stage().to_string(),
+            message: format!("output of {bytes} bytes exceeds limits.max_output_mb ({} MiB)", max >> 20),
+        });
+    }
+    Ok(())
+}
+
 /// A parser stage.
 pub struct Parser(Sandbox<ParserRole>);
 
@@ -92,6 +104,7 @@ impl Parser {
 
     pub fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
+        check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.value_ends.len())?;
         Ok(out)
     }
@@ -107,6 +120,7 @@ impl Transformer {
 
     pub fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
         let out = self.0.call(|g, s| g.call_transform(s, input))?;
+        check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.times.len())?;
         Ok(out)
     }
@@ -150,6 +164,7 @@ impl AggregateFns for Aggregator {
         group_ends: &[u32],
     ) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_accumulate(s, accs, events, members, group_ends))?;
+        check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "accumulate", out.len(), accs.len())?;
         if out.iter().any(Vec::is_empty) {
             return Err(contract(self.0.stage(), "accumulate returned an empty accumulator".into()));
@@ -159,12 +174,14 @@ impl AggregateFns for Aggregator {
 
     fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_merge(s, accs, group_ends))?;
+        check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "merge", out.len(), group_ends.len())?;
         Ok(out)
     }
 
     fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_finish(s, accs))?;
+        check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "finish", out.len(), accs.len())?;
         Ok(out)
     }

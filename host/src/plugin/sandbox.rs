@@ -20,8 +20,25 @@ pub struct StageSpec {
     pub component: PathBuf,
     /// The stage's `config` table, as JSON.
     pub config_json: String,
-    pub dirs: Vec<DirGrant>,
+    pub grants: Grants,
     pub limits: Limits,
+}
+
+/// What a plugin may reach beyond its own memory. Everything is denied unless granted here:
+/// no files, no network, no environment variables; clocks read as the Unix epoch and never
+/// move, and randomness comes from a fixed seed, so that a plugin's output depends only on its
+/// input (a batch re-run after a crash must yield the same rows).
+#[derive(Debug, Clone, Default)]
+pub struct Grants {
+    pub dirs: Vec<DirGrant>,
+    /// Environment variables, name and value (read from Weir's environment at load).
+    pub env: Vec<(String, String)>,
+    /// The host's wall and monotonic clocks.
+    pub clocks: bool,
+    /// The host's random source.
+    pub random: bool,
+    /// TCP connections to exactly these addresses.
+    pub network: Vec<std::net::SocketAddr>,
 }
 
 /// A host directory the plugin may see, at `guest` inside the sandbox.
@@ -39,16 +56,41 @@ pub struct Limits {
     pub call_timeout: Duration,
     /// Linear memory the instance may grow to, in bytes.
     pub max_memory: usize,
+    /// Bytes one call may return (rows, keys, accumulators): a plugin cannot make the host
+    /// hold more than this per call beyond what it already holds.
+    pub max_output: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { call_timeout: Duration::from_secs(10), max_memory: 512 << 20 }
+        Self { call_timeout: Duration::from_secs(10), max_memory: 512 << 20, max_output: 32 << 20 }
     }
 }
 
-/// Bytes of a plugin's stderr kept to explain a trap (a Rust panic message lands there).
+/// Bytes of a plugin's stderr kept to explain a trap (a Rust panic message lands there). A plugin
+/// that writes more has its further writes fail; stdout goes nowhere.
 const STDERR_CAPTURE: usize = 16 << 10;
+
+/// The clocks a plugin without `grants.clocks` sees: the epoch, forever.
+struct Frozen;
+
+impl wasmtime_wasi::HostWallClock for Frozen {
+    fn resolution(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+    fn now(&self) -> Duration {
+        Duration::ZERO
+    }
+}
+
+impl wasmtime_wasi::HostMonotonicClock for Frozen {
+    fn resolution(&self) -> u64 {
+        1
+    }
+    fn now(&self) -> u64 {
+        0
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -74,6 +116,8 @@ pub enum PluginError {
     Failed { stage: String, error: WitError },
     #[error("stage {stage}: plugin trapped: {message}")]
     Trap { stage: String, message: String },
+    #[error("stage {stage}: {message}")]
+    Limit { stage: String, message: String },
     #[error("stage {stage}: {message}")]
     Contract { stage: String, message: String },
 }
@@ -159,7 +203,7 @@ pub(crate) struct Sandbox<R: Role> {
 impl<R: Role> Sandbox<R> {
     pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         // A writable grant is an output location: create it, as a file sink would its file.
-        for d in spec.dirs.iter().filter(|d| d.writable) {
+        for d in spec.grants.dirs.iter().filter(|d| d.writable) {
             std::fs::create_dir_all(&d.host).map_err(|e| PluginError::Grant {
                 stage: spec.name.clone(),
                 host: d.host.clone(),
@@ -189,12 +233,34 @@ impl<R: Role> Sandbox<R> {
         &self.spec.name
     }
 
+    pub(crate) fn limits(&self) -> &Limits {
+        &self.spec.limits
+    }
+
     fn fresh_store(&self) -> Result<Store<HostState>, PluginError> {
         let spec = &self.spec;
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
-        for d in &spec.dirs {
+        let g = &spec.grants;
+        if !g.clocks {
+            wasi.wall_clock(Frozen).monotonic_clock(Frozen);
+        }
+        if !g.random {
+            use rand::SeedableRng;
+            wasi.secure_random(rand::rngs::StdRng::seed_from_u64(0))
+                .insecure_random(rand::rngs::StdRng::seed_from_u64(1))
+                .insecure_random_seed(0);
+        }
+        wasi.envs(&g.env);
+        if !g.network.is_empty() {
+            let allowed = g.network.clone();
+            wasi.allow_tcp(true).socket_addr_check(move |addr, _| {
+                let ok = allowed.contains(&addr);
+                Box::pin(async move { ok })
+            });
+        }
+        for d in &g.dirs {
             let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
             wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| PluginError::Grant {
                 stage: spec.name.clone(),
@@ -273,9 +339,12 @@ fn describe(e: &wasmtime::Error, store: &Store<HostState>) -> String {
             format!("call exceeded its deadline of {:?} (limits.call_timeout)", state.spec.limits.call_timeout)
         }
         _ if state.memory.refused => {
-            format!("memory limit of {} MiB reached (limits.max_memory_mb): {e}", state.spec.limits.max_memory >> 20)
+            format!("memory limit of {} MiB reached (limits.max_memory_mb)", state.spec.limits.max_memory >> 20)
         }
-        _ => format!("{e}"),
+        // The trap itself, without the wasm backtrace its error carries (hundreds of frames
+        // for a stack overflow).
+        Some(trap) => trap.to_string(),
+        None => format!("{e}"),
     };
     let stderr = state.stderr.contents();
     let stderr = String::from_utf8_lossy(&stderr);

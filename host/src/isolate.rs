@@ -1,0 +1,223 @@
+//! The failure policy for the record-by-record stages (parse, transform): when a plugin call
+//! traps, runs past its deadline, or breaks a limit, the batch is retried with backoff (the
+//! failure may be passing: a loaded machine, a deadline missed once); if it keeps failing, the
+//! batch is cut in halves, and halves of halves, until the records that fail on their own are
+//! found. Those go to the dead-letter output with the error; every other record goes on, in its
+//! order. With the fail-fast policy the pipeline stops at the first failure instead.
+//!
+//! A poison record costs about log2(batch) failed calls, each bounded by the stage's limits; a
+//! batch of good records costs one call, as before.
+
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::pipeline::FailurePolicy;
+use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
+
+/// A failure the input may have caused, which retrying or isolating can get past. Anything else
+/// (a component that cannot be instantiated, a plugin that says its configuration is wrong)
+/// stops the pipeline.
+pub fn isolatable(e: &PluginError) -> bool {
+    matches!(
+        e,
+        PluginError::Trap { .. }
+            | PluginError::Limit { .. }
+            | PluginError::Contract { .. }
+            | PluginError::Failed { error: WitError::Internal(_), .. }
+    )
+}
+
+/// Calls `call` over items `0..n` under `policy`; returns the output of the items that went
+/// through (indices relative to `0..n`) and the items that failed alone, with their errors.
+pub fn isolate(
+    n: usize,
+    policy: &FailurePolicy,
+    stop: &AtomicBool,
+    mut call: impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError>,
+) -> Result<(BatchOutput, Vec<(usize, PluginError)>), PluginError> {
+    let mut backoff = policy.backoff;
+    let mut attempt = 0;
+    let first = loop {
+        match call(0..n) {
+            Ok(out) => return Ok((out, Vec::new())),
+            Err(e) if isolatable(&e) && attempt < policy.retries && !stop.load(Ordering::Relaxed) => {
+                tracing::warn!("{e}; retrying the batch in {backoff:?}");
+                sleep_unless(stop, backoff);
+                backoff *= 2;
+                attempt += 1;
+            }
+            Err(e) => break e,
+        }
+    };
+    if policy.fail_fast || !isolatable(&first) {
+        return Err(first);
+    }
+    tracing::warn!("{first}; isolating the records that cause it");
+    let mut out = empty_output();
+    let mut failed = Vec::new();
+    if n == 1 {
+        failed.push((0, first));
+    } else {
+        bisect(0..n, &mut call, &mut out, &mut failed)?;
+    }
+    Ok((out, failed))
+}
+
+fn bisect(
+    range: Range<usize>,
+    call: &mut impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError>,
+    out: &mut BatchOutput,
+    failed: &mut Vec<(usize, PluginError)>,
+) -> Result<(), PluginError> {
+    let mid = range.start + range.len() / 2;
+    for half in [range.start..mid, mid..range.end] {
+        if half.is_empty() {
+            continue;
+        }
+        match call(half.clone()) {
+            Ok(o) => append(out, o, half.start as u32),
+            Err(e) if !isolatable(&e) => return Err(e),
+            Err(e) if half.len() == 1 => failed.push((half.start, e)),
+            Err(_) => bisect(half, call, out, failed)?,
+        }
+    }
+    Ok(())
+}
+
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let until = Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(10).min(until - Instant::now()));
+    }
+}
+
+fn empty_output() -> BatchOutput {
+    BatchOutput { events: EventBatch::default(), errors: Vec::new() }
+}
+
+/// Appends `o`, whose indices count from `offset`, to `out`.
+fn append(out: &mut BatchOutput, o: BatchOutput, offset: u32) {
+    let (d, s) = (&mut out.events, o.events);
+    let (rows, keys) = (d.rows.len() as u32, d.keys.len() as u32);
+    d.times.extend(s.times);
+    d.rows.extend(s.rows);
+    d.row_ends.extend(s.row_ends.iter().map(|e| e + rows));
+    d.keys.extend(s.keys);
+    d.key_ends.extend(s.key_ends.iter().map(|e| e + keys));
+    d.origins.extend(s.origins.iter().map(|o| o + offset));
+    out.errors.extend(o.errors.into_iter().map(|mut e| {
+        e.index += offset;
+        e
+    }));
+}
+
+/// Records `range` of a raw batch, as a batch of their own.
+pub fn slice_records(b: &RawBatch, range: Range<usize>) -> RawBatch {
+    let (v, vends) = slice_column(&b.values, &b.value_ends, range.clone());
+    let (k, kends) = slice_column(&b.keys, &b.key_ends, range.clone());
+    let headers = b
+        .headers
+        .iter()
+        .filter(|h| range.contains(&(h.index as usize)))
+        .map(|h| crate::plugin::Header { index: h.index - range.start as u32, ..h.clone() })
+        .collect();
+    RawBatch {
+        values: v,
+        value_ends: vends,
+        keys: k,
+        key_ends: kends,
+        timestamps: b.timestamps[range.clone()].to_vec(),
+        partitions: b.partitions[range.clone()].to_vec(),
+        offsets: b.offsets[range].to_vec(),
+        headers,
+    }
+}
+
+/// Events `range` of a batch, as a batch of their own (origins kept as they are).
+pub fn slice_events(b: &EventBatch, range: Range<usize>) -> EventBatch {
+    let (rows, row_ends) = slice_column(&b.rows, &b.row_ends, range.clone());
+    let (keys, key_ends) = slice_column(&b.keys, &b.key_ends, range.clone());
+    EventBatch {
+        times: b.times[range.clone()].to_vec(),
+        keys,
+        key_ends,
+        rows,
+        row_ends,
+        origins: b.origins[range].to_vec(),
+    }
+}
+
+fn slice_column(data: &[u8], ends: &[u32], range: Range<usize>) -> (Vec<u8>, Vec<u32>) {
+    let start = if range.start == 0 { 0 } else { ends[range.start - 1] };
+    let end = if range.is_empty() { start } else { ends[range.end - 1] };
+    (data[start as usize..end as usize].to_vec(), ends[range].iter().map(|e| e - start).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A fake stage over items 0..n: item i becomes event i; items in `poison` make any call
+    /// that contains them fail.
+    fn stage<'a>(
+        poison: &[usize],
+        calls: &'a mut usize,
+    ) -> impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError> + 'a {
+        let poison = poison.to_vec();
+        move |r: Range<usize>| {
+            *calls += 1;
+            if poison.iter().any(|p| r.contains(p)) {
+                return Err(PluginError::Trap { stage: "t".into(), message: format!("poison in {r:?}") });
+            }
+            let mut out = empty_output();
+            for (k, i) in r.clone().enumerate() {
+                out.events.times.push(i as i64);
+                out.events.origins.push(k as u32);
+                out.events.row_ends.push(0);
+                out.events.key_ends.push(0);
+            }
+            Ok(out)
+        }
+    }
+
+    #[test]
+    fn poison_items_are_isolated_and_the_rest_keeps_its_order() {
+        let policy = FailurePolicy { fail_fast: false, retries: 1, backoff: Duration::ZERO };
+        let stop = AtomicBool::new(false);
+        let mut calls = 0;
+        let (out, failed) = isolate(100, &policy, &stop, stage(&[3, 70], &mut calls)).unwrap();
+        assert_eq!(failed.iter().map(|f| f.0).collect::<Vec<_>>(), vec![3, 70]);
+        let want: Vec<i64> = (0..100).filter(|i| ![3, 70].contains(i)).collect();
+        assert_eq!(out.events.times, want);
+        assert_eq!(out.events.origins, want.iter().map(|&i| i as u32).collect::<Vec<_>>());
+        assert!(calls < 40, "{calls} calls for two poison items in 100");
+    }
+
+    #[test]
+    fn fail_fast_stops_after_the_retries() {
+        let policy = FailurePolicy { fail_fast: true, retries: 2, backoff: Duration::ZERO };
+        let mut calls = 0;
+        let e = isolate(10, &policy, &AtomicBool::new(false), stage(&[5], &mut calls)).unwrap_err();
+        assert!(e.to_string().contains("poison"), "{e}");
+        assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn slices_are_batches_of_their_own() {
+        let b = RawBatch {
+            values: b"aabbbc".to_vec(),
+            value_ends: vec![2, 5, 6],
+            keys: b"k".to_vec(),
+            key_ends: vec![0, 1, 1],
+            timestamps: vec![1, 2, 3],
+            partitions: vec![0, 1, 2],
+            offsets: vec![10, 11, 12],
+            headers: vec![crate::plugin::Header { index: 1, name: "h".into(), value: vec![] }],
+        };
+        let s = slice_records(&b, 1..3);
+        assert_eq!((s.values.as_slice(), s.value_ends.as_slice()), (&b"bbbc"[..], &[3u32, 4][..]));
+        assert_eq!((s.keys.as_slice(), s.key_ends.as_slice()), (&b"k"[..], &[1u32, 1][..]));
+        assert_eq!((s.offsets, s.headers[0].index), (vec![11, 12], 0));
+    }
+}

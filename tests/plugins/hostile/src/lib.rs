@@ -1,0 +1,89 @@
+//! An orders parser (like `plugins/orders-json`) that turns hostile on the records that ask it
+//! to: `{"attack": "..."}`. The tests feed it orders with such records mixed in and check that
+//! each attack is contained, named in the dead letters, and costs no other record.
+//!
+//! - `loop`: never returns (the call deadline must stop it);
+//! - `memory`: allocates until refused (the memory cap);
+//! - `recursion`: recurses until the stack runs out;
+//! - `panic`: panics;
+//! - `read`: reads `/etc/passwd`, outside any grant;
+//! - `net`: connects to the TCP address in `"to"`;
+//! - `output`: emits a 16 MiB row (the output cap);
+//! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check.
+
+use std::hint::black_box;
+
+use serde::Deserialize;
+use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
+
+struct Hostile;
+
+#[derive(Deserialize)]
+struct Line<'a> {
+    #[serde(borrow)]
+    attack: Option<&'a str>,
+    to: Option<&'a str>,
+    order_ts: Option<i64>,
+}
+
+// Unbounded on purpose: the attack is the stack overflow.
+#[allow(unconditional_recursion)]
+fn recurse(depth: u64) -> u64 {
+    let here = black_box([depth; 64]);
+    black_box(recurse(depth + 1)) + here[0]
+}
+
+impl Parser for Hostile {
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Hostile)
+    }
+
+    fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
+        let line: Line = record.json()?;
+        let Some(attack) = line.attack else {
+            let ts = line.order_ts.ok_or_else(|| RecordError::missing_field("order_ts"))?;
+            return out.emit_json(ts, None, record.value);
+        };
+        match attack {
+            "loop" => {
+                let mut n = 0u64;
+                loop {
+                    n = black_box(n.wrapping_add(1));
+                }
+            }
+            "memory" => {
+                let mut hoard = Vec::new();
+                loop {
+                    hoard.push(black_box(vec![1u8; 1 << 20]));
+                }
+            }
+            "recursion" => {
+                black_box(recurse(0));
+                Ok(())
+            }
+            "panic" => panic!("hostile record asked for a panic"),
+            "read" => match std::fs::read_to_string("/etc/passwd") {
+                Ok(text) => out.emit(0, None, &serde_json::json!({ "stolen": text })),
+                Err(e) => Err(RecordError::invalid_value(format!("read /etc/passwd: {e}"))),
+            },
+            "net" => match std::net::TcpStream::connect(line.to.unwrap_or("127.0.0.1:9")) {
+                Ok(_) => out.emit(0, None, &serde_json::json!({ "connected": true })),
+                Err(e) => Err(RecordError::invalid_value(format!("connect: {e}"))),
+            },
+            "output" => out.emit(0, None, &serde_json::json!({ "big": "x".repeat(16 << 20) })),
+            "clock" => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                out.emit(0, None, &serde_json::json!({ "clock_ms": now.as_millis() as u64 }))
+            }
+            "env" => out.emit(0, None, &serde_json::json!({ "env": std::env::vars().collect::<Vec<_>>() })),
+            "random" => {
+                let seed = std::collections::hash_map::RandomState::new();
+                use std::hash::BuildHasher;
+                out.emit(0, None, &serde_json::json!({ "hash": seed.hash_one(1u8) }))
+            }
+            other => Err(RecordError::invalid_value(format!("unknown attack {other}"))),
+        }
+    }
+}
+
+export_plugin!(parser: Hostile);

@@ -1,0 +1,121 @@
+//! Hostile plugins are contained: a parser (`tests/plugins/hostile`) that attacks its sandbox on
+//! the records that ask it to, mixed into ordinary orders. Every attack must end as a dead
+//! letter naming the stage, the plugin and the limit, and every other record must come through,
+//! in order, once.
+
+mod common;
+
+use std::net::TcpListener;
+use std::path::Path;
+
+use common::*;
+
+const ATTACKS: [&str; 10] = ["loop", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];
+
+/// Orders with one line per attack spliced in; returns the file and the attack lines' 1-based
+/// line numbers, by attack.
+fn poisoned_orders(dir: &Path, net_to: &str) -> (std::path::PathBuf, Vec<(String, u64)>) {
+    let clean = orders(dir, 3_000, 17);
+    let lines: Vec<String> = std::fs::read_to_string(&clean).unwrap().lines().map(String::from).collect();
+    let mut out = Vec::new();
+    let mut at = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        // Spread the attacks over the first batches and beyond.
+        if i % 200 == 7 && i / 200 < ATTACKS.len() {
+            let attack = ATTACKS[i / 200];
+            out.push(format!("{{\"attack\":\"{attack}\",\"to\":\"{net_to}\"}}"));
+            at.push((attack.to_string(), out.len() as u64));
+        }
+        out.push(line.clone());
+    }
+    let path = dir.join("poisoned.jsonl");
+    std::fs::write(&path, out.join("\n") + "\n").unwrap();
+    (path, at)
+}
+
+fn hostile_pipeline(dir: &Path, failure: &str) -> std::path::PathBuf {
+    let text = format!(
+        r#"
+name = "hostile"
+[source]
+type = "replay"
+path = "unused.jsonl"
+[parse]
+plugin = "{}"
+limits = {{ call_timeout = "300ms", max_memory_mb = 256, max_output_mb = 4 }}
+[failure]
+{failure}
+"#,
+        component("hostile").display()
+    );
+    let p = dir.join("hostile.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn every_attack_is_contained_and_named_and_no_other_record_is_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let (events, attacks) = poisoned_orders(dir.path(), &listener.local_addr().unwrap().to_string());
+    let p = hostile_pipeline(dir.path(), "retries = 1\nbackoff = \"10ms\"");
+    let dl = dir.path().join("dead.jsonl");
+    let out =
+        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
+    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+
+    // Every order, once, in order; plus what the clock, env and random probes saw.
+    let orders: Vec<_> = rows.iter().filter(|r| r.get("order_id").is_some()).cloned().collect();
+    assert_eq!(orders, json_lines(&std::fs::read_to_string(dir.path().join("orders.jsonl")).unwrap()));
+    let probe = |k: &str| rows.iter().find(|r| r.get(k).is_some()).unwrap_or_else(|| panic!("no {k} row")).clone();
+    assert_eq!(probe("clock_ms")["clock_ms"], 0, "clocks are frozen at the epoch unless granted");
+    assert_eq!(probe("env")["env"], serde_json::json!([]), "no environment unless granted");
+    assert!(listener.accept().is_err(), "the plugin must not have connected");
+
+    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
+    let expect = [
+        ("loop", "limits.call_timeout"),
+        ("memory", "limits.max_memory_mb"),
+        // Rust's shadow stack lives in linear memory: running off it is an out-of-bounds
+        // access; a deep enough wasm call stack is "call stack exhausted". Either traps.
+        ("recursion", "plugin trapped: wasm trap"),
+        ("panic", "hostile record asked for a panic"),
+        ("read", "read /etc/passwd"),
+        ("net", "connect"),
+        ("output", "limits.max_output_mb"),
+    ];
+    for (attack, says) in expect {
+        let line = attacks.iter().find(|(a, _)| a == attack).unwrap().1;
+        let d = dead.iter().find(|d| d["line"] == line).unwrap_or_else(|| panic!("no dead letter for {attack}"));
+        let error = d["error"].as_str().unwrap();
+        assert!(error.contains(says), "{attack}: {error}");
+        if ["loop", "memory", "recursion", "panic", "output"].contains(&attack) {
+            assert_eq!(d["kind"], "plugin-failure", "{attack}: {d}");
+            assert!(error.contains("hostile/parse (hostile.wasm)"), "{attack} names the stage and plugin: {error}");
+        }
+    }
+    assert_eq!(dead.len(), expect.len(), "only the attacks are dead letters: {dead:#?}");
+}
+
+#[test]
+fn randomness_is_reproducible_unless_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("random.jsonl");
+    std::fs::write(&events, "{\"attack\":\"random\"}\n").unwrap();
+    let p = hostile_pipeline(dir.path(), "");
+    let run = || ok(weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap()).stdout;
+    assert_eq!(run(), run(), "same input, same output: a re-run batch must yield the same rows");
+}
+
+#[test]
+fn fail_fast_stops_the_pipeline_with_the_limit_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("loop.jsonl");
+    std::fs::write(&events, "{\"order_ts\":1}\n{\"attack\":\"loop\"}\n").unwrap();
+    let p = hostile_pipeline(dir.path(), "policy = \"fail-fast\"\nretries = 0");
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hostile/parse (hostile.wasm)") && err.contains("limits.call_timeout"), "{err}");
+}
