@@ -59,6 +59,7 @@ impl RunError {
             self,
             RunError::Source(SourceError::Kafka(KafkaError::Stopped))
                 | RunError::Sink(SinkError::Kafka(KafkaError::Stopped))
+                | RunError::Plugin(PluginError::Stopped { .. })
         )
     }
 }

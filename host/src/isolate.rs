@@ -59,12 +59,14 @@ pub fn isolate(
     if n == 1 {
         failed.push((0, first));
     } else {
-        bisect(0..n, &mut call, &mut out, &mut failed)?;
+        bisect(first.stage(), stop, 0..n, &mut call, &mut out, &mut failed)?;
     }
     Ok((out, failed))
 }
 
 fn bisect(
+    stage: &str,
+    stop: &AtomicBool,
     range: Range<usize>,
     call: &mut impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError>,
     out: &mut BatchOutput,
@@ -75,11 +77,14 @@ fn bisect(
         if half.is_empty() {
             continue;
         }
+        if stop.load(Ordering::Relaxed) {
+            return Err(PluginError::Stopped { stage: stage.to_string() });
+        }
         match call(half.clone()) {
             Ok(o) => append(out, o, half.start as u32),
             Err(e) if !isolatable(&e) => return Err(e),
             Err(e) if half.len() == 1 => failed.push((half.start, e)),
-            Err(_) => bisect(half, call, out, failed)?,
+            Err(_) => bisect(stage, stop, half, call, out, failed)?,
         }
     }
     Ok(())

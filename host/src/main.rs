@@ -34,9 +34,14 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a pipeline, resuming from its checkpoint.
+    /// Run pipelines, each resuming from its checkpoint. Several files (or a directory of
+    /// them) run side by side in one process, each with its own sandboxes, limits, checkpoint
+    /// and progress; one failing does not stop the others.
     Run {
-        pipeline: PathBuf,
-        /// Checkpoint directory (default: checkpoint.location, else .weir/NAME beside the file).
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+        /// Checkpoint directory (default: checkpoint.location, else .weir/NAME beside the file);
+        /// only with a single pipeline.
         #[arg(long)]
         checkpoint: Option<PathBuf>,
         /// Print one JSON progress object per batch to stderr.
@@ -163,20 +168,7 @@ fn main() {
 
 fn real_main() -> Result<()> {
     match Cli::parse().command {
-        Command::Run { pipeline, checkpoint, progress_json } => {
-            let p = load(&pipeline)?;
-            let checkpoint = checkpoint.unwrap_or_else(|| driver::default_checkpoint(&p, &pipeline));
-            let progress = Progress::new(&p.name, progress_json, Some(Duration::from_secs(2)));
-            let opts = RunOptions {
-                output: Output::Pipeline,
-                checkpoint,
-                dead_letters: None,
-                progress,
-                stop: stop_on_signals()?,
-            };
-            let summary = driver::run(&p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))?;
-            eprintln!("{}", summary.render());
-        }
+        Command::Run { pipelines, checkpoint, progress_json } => run_all(&pipelines, checkpoint, progress_json)?,
         Command::Test { pipeline, events, expect, out, dead_letters, progress_json } => {
             let p = replay(load(&pipeline)?, &events);
             let rows_file = tempfile::NamedTempFile::new().context("cannot create a temporary file")?;
@@ -261,6 +253,74 @@ fn real_main() -> Result<()> {
             let args = cli::demo::DemoArgs { pipeline: load(&pipeline)?, rate, events, threshold };
             cli::demo::demo(args, &runtime()?, stop_on_signals()?)?;
         }
+    }
+    Ok(())
+}
+
+/// Runs each pipeline on a thread of its own, sharing the Wasm engine and its compiled-component
+/// cache. Every pipeline's failure is reported; the run fails if any did.
+fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool) -> Result<()> {
+    let mut files = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut found: Vec<PathBuf> = std::fs::read_dir(p)
+                .with_context(|| format!("cannot list {}", p.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|f| f.extension().is_some_and(|x| x == "toml"))
+                .collect();
+            found.sort();
+            files.extend(found);
+        } else {
+            files.push(p.clone());
+        }
+    }
+    if files.len() != 1 && checkpoint.is_some() {
+        bail!("--checkpoint names one checkpoint: give it with a single pipeline (or set checkpoint.location in each)");
+    }
+    let pipelines = files.iter().map(|f| load(f).map(|p| (p, f.clone()))).collect::<Result<Vec<_>>>()?;
+    let mut names = std::collections::HashSet::new();
+    for (p, f) in &pipelines {
+        if !names.insert(p.name.clone()) {
+            bail!("{}: another pipeline is also named `{}`; names must differ", f.display(), p.name);
+        }
+    }
+    let runtime = runtime()?;
+    let stop = stop_on_signals()?;
+    let threads: Vec<_> = pipelines
+        .into_iter()
+        .map(|(p, file)| {
+            let checkpoint = checkpoint.clone().unwrap_or_else(|| driver::default_checkpoint(&p, &file));
+            let opts = RunOptions {
+                output: Output::Pipeline,
+                checkpoint,
+                dead_letters: None,
+                progress: Progress::new(&p.name, progress_json, Some(Duration::from_secs(2))),
+                stop: stop.clone(),
+            };
+            let runtime = runtime.clone();
+            let thread = std::thread::Builder::new().name(format!("pipeline {}", p.name)).spawn(move || {
+                match driver::run(&p, &runtime, opts) {
+                    Ok(summary) => {
+                        eprintln!("[{}] {}", p.name, summary.render());
+                        true
+                    }
+                    Err(e) => {
+                        eprintln!("error: pipeline {}: {:#}", p.name, anyhow::Error::from(e));
+                        false
+                    }
+                }
+            });
+            thread.context("cannot start a pipeline thread")
+        })
+        .collect::<Result<_>>()?;
+    let mut failed = 0;
+    for t in threads {
+        if !t.join().unwrap_or(false) {
+            failed += 1;
+        }
+    }
+    if failed > 0 {
+        bail!("{failed} pipeline(s) failed");
     }
     Ok(())
 }

@@ -245,6 +245,7 @@ struct LimitsFile {
     call_timeout: Option<Dur>,
     max_memory_mb: Option<u64>,
     max_output_mb: Option<u64>,
+    recycle_after_calls: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -494,6 +495,12 @@ fn build(
                 return Err(invalid(&format!("{key}.limits.max_output_mb"), format!("{mb}: allowed 1 to 4096")));
             }
             limits.max_output = (mb as usize) << 20;
+        }
+        if let Some(n) = s.limits.recycle_after_calls {
+            if n == 0 {
+                return Err(invalid(&format!("{key}.limits.recycle_after_calls"), "must be at least 1".into()));
+            }
+            limits.recycle_after_calls = n;
         }
         let mut grants = Grants { clocks: s.grants.clocks, random: s.grants.random, ..Grants::default() };
         for name in s.grants.env {

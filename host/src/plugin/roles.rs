@@ -103,6 +103,7 @@ impl Parser {
     }
 
     pub fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
+        self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.value_ends.len())?;
@@ -119,6 +120,7 @@ impl Transformer {
     }
 
     pub fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
+        self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_transform(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.times.len())?;
@@ -163,6 +165,7 @@ impl AggregateFns for Aggregator {
         members: &[u32],
         group_ends: &[u32],
     ) -> Result<Vec<Vec<u8>>, PluginError> {
+        self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_accumulate(s, accs, events, members, group_ends))?;
         check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "accumulate", out.len(), accs.len())?;
@@ -173,6 +176,7 @@ impl AggregateFns for Aggregator {
     }
 
     fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_merge(s, accs, group_ends))?;
         check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "merge", out.len(), group_ends.len())?;
@@ -180,6 +184,7 @@ impl AggregateFns for Aggregator {
     }
 
     fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_finish(s, accs))?;
         check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "finish", out.len(), accs.len())?;
@@ -200,6 +205,7 @@ impl Sink {
     }
 
     pub fn write_batch(&mut self, batch_id: u64, rows: &sink::RowBatch) -> Result<(), PluginError> {
+        self.0.recycle_if_due();
         self.0.call(|g, s| g.call_write_batch(s, batch_id, rows))
     }
 

@@ -59,11 +59,20 @@ pub struct Limits {
     /// Bytes one call may return (rows, keys, accumulators): a plugin cannot make the host
     /// hold more than this per call beyond what it already holds.
     pub max_output: usize,
+    /// Calls an instance serves before it is replaced by a fresh one. Linear memory never
+    /// shrinks, so a plugin that leaks (or just fragments its heap) would otherwise creep up to
+    /// its memory cap and trap; a fresh instance starts from its initial memory again.
+    pub recycle_after_calls: u64,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { call_timeout: Duration::from_secs(10), max_memory: 512 << 20, max_output: 32 << 20 }
+        Self {
+            call_timeout: Duration::from_secs(10),
+            max_memory: 512 << 20,
+            max_output: 32 << 20,
+            recycle_after_calls: 1_000,
+        }
     }
 }
 
@@ -118,8 +127,27 @@ pub enum PluginError {
     Trap { stage: String, message: String },
     #[error("stage {stage}: {message}")]
     Limit { stage: String, message: String },
+    #[error("stage {stage}: stopped before the batch was done")]
+    Stopped { stage: String },
     #[error("stage {stage}: {message}")]
     Contract { stage: String, message: String },
+}
+
+impl PluginError {
+    /// The stage the failure happened in (empty for failures before a stage exists).
+    pub fn stage(&self) -> &str {
+        match self {
+            Self::MissingRole { stage, .. }
+            | Self::Grant { stage, .. }
+            | Self::Instantiate { stage, .. }
+            | Self::Failed { stage, .. }
+            | Self::Trap { stage, .. }
+            | Self::Contract { stage, .. }
+            | Self::Limit { stage, .. }
+            | Self::Stopped { stage } => stage,
+            Self::Engine(_) | Self::Read { .. } | Self::Compile { .. } | Self::Version { .. } => "",
+        }
+    }
 }
 
 pub use types::PluginError as WitError;
@@ -198,6 +226,8 @@ pub(crate) struct Sandbox<R: Role> {
     indices: R::Indices,
     live: Option<(Store<HostState>, R::Guest)>,
     deadline_ticks: u64,
+    /// Calls served by the live instance.
+    calls: u64,
 }
 
 impl<R: Role> Sandbox<R> {
@@ -223,7 +253,7 @@ impl<R: Role> Sandbox<R> {
             interface: R::INTERFACE,
         })?;
         let deadline_ticks = (spec.limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        let mut sandbox = Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks };
+        let mut sandbox = Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks, calls: 0 };
         // Instantiate now so a bad grant or a failing `open` shows at start-up, not mid-stream.
         sandbox.instance()?;
         Ok(sandbox)
@@ -235,6 +265,14 @@ impl<R: Role> Sandbox<R> {
 
     pub(crate) fn limits(&self) -> &Limits {
         &self.spec.limits
+    }
+
+    /// Replaces the instance if it has served its calls. Only between units of work that keep
+    /// no state in the instance: any call of a stateless role, a sink's batch boundary.
+    pub(crate) fn recycle_if_due(&mut self) {
+        if self.calls >= self.spec.limits.recycle_after_calls {
+            self.live = None;
+        }
     }
 
     fn fresh_store(&self) -> Result<Store<HostState>, PluginError> {
@@ -282,6 +320,7 @@ impl<R: Role> Sandbox<R> {
 
     fn instance(&mut self) -> Result<(&mut Store<HostState>, &R::Guest), PluginError> {
         if self.live.is_none() {
+            self.calls = 0;
             let mut store = self.fresh_store()?;
             store.set_epoch_deadline(self.deadline_ticks);
             let stage = &self.spec.name;
@@ -317,6 +356,7 @@ impl<R: Role> Sandbox<R> {
         f: impl FnOnce(&R::Guest, &mut Store<HostState>) -> wasmtime::Result<Result<T, WitError>>,
     ) -> Result<T, PluginError> {
         let ticks = self.deadline_ticks;
+        self.calls += 1;
         let (store, guest) = self.instance()?;
         store.set_epoch_deadline(ticks);
         match f(guest, store) {

@@ -9,9 +9,13 @@
 //! - `read`: reads `/etc/passwd`, outside any grant;
 //! - `net`: connects to the TCP address in `"to"`;
 //! - `output`: emits a 16 MiB row (the output cap);
+//! - `leak`: keeps 1 MiB forever in a static, then parses as an order (instance recycling);
 //! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check.
 
 use std::hint::black_box;
+use std::sync::Mutex;
+
+static LEAKED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 use serde::Deserialize;
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
@@ -50,6 +54,12 @@ impl Parser for Hostile {
                 loop {
                     n = black_box(n.wrapping_add(1));
                 }
+            }
+            "leak" => {
+                if let Ok(mut l) = LEAKED.lock() {
+                    l.push(black_box(vec![1u8; 1 << 20]));
+                }
+                out.emit_json(line.order_ts.unwrap_or(0), None, record.value)
             }
             "memory" => {
                 let mut hoard = Vec::new();

@@ -1,0 +1,96 @@
+//! Several pipelines in one process: a well-behaved tenant keeps its throughput while another
+//! tenant's plugin loops forever on every record, and SIGTERM stops both cleanly.
+//!
+//! Its own test binary, one test: the measurement must not share the machine with other tests.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::Stdio;
+
+use common::*;
+
+/// `[name] N input rows in Xs (R rows/s), ...` → R.
+fn rate(line: &str) -> f64 {
+    let open = line.find(" rows/s)").expect("a summary line");
+    let start = line[..open].rfind('(').expect("a summary line") + 1;
+    line[start..open].parse().unwrap()
+}
+
+fn good_pipeline(dir: &Path, events: &Path, name: &str) -> std::path::PathBuf {
+    let extra = format!("[checkpoint]\nlocation = \"{}\"", dir.join(format!("{name}-checkpoint")).display());
+    let p = pipeline(dir, Spec { window: TUMBLING, extra: &extra, ..Default::default() });
+    let text = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace("name = \"test\"", &format!("name = \"{name}\""))
+        .replace("path = \"orders.jsonl\"", &format!("path = \"{}\"", events.display()));
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// Runs the pipelines in one `weir run`; once `good`'s summary is printed, stops the rest with
+/// SIGTERM. Returns good's rate and whether the process exited 0.
+fn run_beside(pipelines: &[&Path]) -> (f64, bool, String) {
+    let mut child = weir()
+        .arg("run")
+        .args(pipelines)
+        .env("WEIR_LOG", "error")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut log = String::new();
+    let mut good = None;
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.starts_with("[good]") {
+            good = Some(rate(&line));
+            ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());
+        }
+    }
+    let status = child.wait().unwrap();
+    (good.unwrap_or_else(|| panic!("no summary for good:\n{log}")), status.success(), log)
+}
+
+#[test]
+fn a_tenant_keeps_its_throughput_beside_one_whose_plugin_loops_forever() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 3_000_000, 5);
+    let loops = dir.path().join("loops.jsonl");
+    std::fs::write(&loops, "{\"attack\":\"loop\"}\n".repeat(1_000)).unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(
+        &bad,
+        format!(
+            "name = \"bad\"\n[source]\ntype = \"replay\"\npath = \"{}\"\n[parse]\nplugin = \"{}\"\n\
+             limits = {{ call_timeout = \"100ms\" }}\n[failure]\nretries = 0\n[checkpoint]\nlocation = \"{}\"\n",
+            loops.display(),
+            component("hostile").display(),
+            dir.path().join("bad-checkpoint").display()
+        ),
+    )
+    .unwrap();
+
+    // Solo, twice (the better run counts: the first warms the page cache).
+    let mut solo: f64 = 0.0;
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
+        let (r, ok, log) = run_beside(&[&good_pipeline(dir.path(), &events, "good")]);
+        assert!(ok, "{log}");
+        solo = solo.max(r);
+    }
+    let mut beside: f64 = 0.0;
+    for _ in 0..2 {
+        let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
+        let _ = std::fs::remove_dir_all(dir.path().join("bad-checkpoint"));
+        let (r, ok, log) = run_beside(&[&good_pipeline(dir.path(), &events, "good"), &bad]);
+        assert!(ok, "SIGTERM must stop the looping tenant cleanly too:\n{log}");
+        beside = beside.max(r);
+    }
+    eprintln!("good tenant: {solo:.0} rows/s alone, {beside:.0} rows/s beside an infinite loop");
+    assert!(beside >= 0.8 * solo, "{beside:.0} rows/s beside the loop vs {solo:.0} alone");
+}
