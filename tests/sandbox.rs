@@ -146,3 +146,25 @@ fn recycled_instances_keep_a_leaking_plugin_under_its_memory_cap() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("limits.max_memory_mb"));
 }
+
+#[test]
+fn a_fuel_budget_stops_a_loop_deterministically_and_good_records_fit_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("loop.jsonl");
+    std::fs::write(&events, "{\"order_ts\":1}\n{\"attack\":\"loop\"}\n{\"order_ts\":2}\n").unwrap();
+    let text = format!(
+        "name = \"fueled\"\n[source]\ntype = \"replay\"\npath = \"x\"\n[parse]\nplugin = \"{}\"\n\
+         limits = {{ fuel = 50000000, call_timeout = \"60s\" }}\n[failure]\nretries = 0\n",
+        component("hostile").display()
+    );
+    let p = dir.path().join("fueled.toml");
+    std::fs::write(&p, text).unwrap();
+    let dl = dir.path().join("dead.jsonl");
+    let out =
+        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
+    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(rows, vec![serde_json::json!({"order_ts": 1}), serde_json::json!({"order_ts": 2})]);
+    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0]["error"].as_str().unwrap().contains("limits.fuel"), "{}", dead[0]);
+}

@@ -213,7 +213,8 @@ fn real_main() -> Result<()> {
         Command::Bench { pipeline, latency: true, rate, seconds, .. } => {
             let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
             let args = cli::latency::LatencyArgs { pipeline: load(&pipeline)?, rate, seconds };
-            let l = cli::latency::measure(args, &runtime()?)?;
+            let runtime = runtime([&args.pipeline])?;
+            let l = cli::latency::measure(args, &runtime)?;
             println!(
                 "latency produce → output readable, {} samples at {rate} orders/s: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
                 l.samples,
@@ -251,7 +252,8 @@ fn real_main() -> Result<()> {
         }
         Command::Demo { pipeline, rate, events, threshold } => {
             let args = cli::demo::DemoArgs { pipeline: load(&pipeline)?, rate, events, threshold };
-            cli::demo::demo(args, &runtime()?, stop_on_signals()?)?;
+            let runtime = runtime([&args.pipeline])?;
+            cli::demo::demo(args, &runtime, stop_on_signals()?)?;
         }
     }
     Ok(())
@@ -284,7 +286,7 @@ fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool) 
             bail!("{}: another pipeline is also named `{}`; names must differ", f.display(), p.name);
         }
     }
-    let runtime = runtime()?;
+    let runtime = runtime(pipelines.iter().map(|(p, _)| p))?;
     let stop = stop_on_signals()?;
     let threads: Vec<_> = pipelines
         .into_iter()
@@ -340,8 +342,10 @@ fn load(path: &Path) -> Result<Pipeline> {
     Ok(Pipeline::load(path)?)
 }
 
-fn runtime() -> Result<Arc<Runtime>> {
-    Ok(Runtime::new(Runtime::default_cache_dir())?)
+/// The Wasm runtime for these pipelines: fuel metering on if any stage of them sets a fuel limit.
+fn runtime<'a>(pipelines: impl IntoIterator<Item = &'a Pipeline>) -> Result<Arc<Runtime>> {
+    let fuel = pipelines.into_iter().any(Pipeline::uses_fuel);
+    Ok(Runtime::new(Runtime::default_cache_dir(), fuel)?)
 }
 
 /// The pipeline, reading `events` in bounded batches as fast as it can (the replay of a test).
@@ -362,7 +366,7 @@ fn run_once(p: &Pipeline, output: Output, dead_letters: Option<PathBuf>, progres
         progress,
         stop: stop_on_signals()?,
     };
-    driver::run(p, &runtime()?, opts).with_context(|| format!("pipeline {}", p.name))
+    driver::run(p, &runtime([p])?, opts).with_context(|| format!("pipeline {}", p.name))
 }
 
 fn bench(pipeline: &Path, events: u64, seed: u64) -> Result<()> {
@@ -375,7 +379,7 @@ fn bench(pipeline: &Path, events: u64, seed: u64) -> Result<()> {
     }
     let p = replay(load(pipeline)?, &file);
     // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
-    runtime()?;
+    runtime([&p])?;
     let s = run_once(&p, Output::Lines(Box::new(std::io::sink())), Some(dir.path().join("dl.jsonl")), false)?;
     println!(
         "{}: {} events in {:.3}s = {:.0} events/s ({} windows, {} late)",

@@ -246,6 +246,7 @@ struct LimitsFile {
     max_memory_mb: Option<u64>,
     max_output_mb: Option<u64>,
     recycle_after_calls: Option<u64>,
+    fuel: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -439,6 +440,19 @@ pub struct Pipeline {
 }
 
 impl Pipeline {
+    /// Whether any stage sets `limits.fuel` (the Wasm runtime must then meter fuel).
+    pub fn uses_fuel(&self) -> bool {
+        let sink = match &self.sink {
+            Some(SinkConfig::Wasm(s)) => Some(s),
+            _ => None,
+        };
+        std::iter::once(&self.parse)
+            .chain(&self.transforms)
+            .chain(self.windowed.as_ref().map(|w| &w.aggregate))
+            .chain(sink)
+            .any(|s| s.limits.fuel.is_some())
+    }
+
     /// Reads and validates a pipeline file.
     pub fn load(path: &Path) -> Result<Self, PipelineError> {
         let text =
@@ -501,6 +515,12 @@ fn build(
                 return Err(invalid(&format!("{key}.limits.recycle_after_calls"), "must be at least 1".into()));
             }
             limits.recycle_after_calls = n;
+        }
+        if let Some(f) = s.limits.fuel {
+            if f == 0 {
+                return Err(invalid(&format!("{key}.limits.fuel"), "must be at least 1".into()));
+            }
+            limits.fuel = Some(f);
         }
         let mut grants = Grants { clocks: s.grants.clocks, random: s.grants.random, ..Grants::default() };
         for name in s.grants.env {

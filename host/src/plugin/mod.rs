@@ -76,13 +76,18 @@ pub struct Runtime {
     linker: Linker<sandbox::HostState>,
     cache: cache::ComponentCache,
     ticker: Arc<AtomicBool>,
+    /// Fuel metering is on: every store gets fuel before each call.
+    fuel: bool,
 }
 
 impl Runtime {
-    /// Creates the engine. Compiled components are cached under `cache_dir`.
-    pub fn new(cache_dir: PathBuf) -> Result<Arc<Self>, PluginError> {
+    /// Creates the engine. Compiled components are cached under `cache_dir`. `fuel` turns on
+    /// fuel metering for every plugin in the process (code compiled with it runs slower, so it
+    /// is on only when some stage sets `limits.fuel`).
+    pub fn new(cache_dir: PathBuf, fuel: bool) -> Result<Arc<Self>, PluginError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
+        config.consume_fuel(fuel);
         // Component-model async costs ~230 ns on every call; no plugin interface is async.
         config.concurrency_support(false);
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine(e.to_string()))?;
@@ -105,7 +110,7 @@ impl Runtime {
             .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
-        Ok(Arc::new(Self { engine, linker, cache, ticker }))
+        Ok(Arc::new(Self { engine, linker, cache, ticker, fuel }))
     }
 
     /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,

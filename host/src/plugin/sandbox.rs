@@ -63,6 +63,9 @@ pub struct Limits {
     /// shrinks, so a plugin that leaks (or just fragments its heap) would otherwise creep up to
     /// its memory cap and trap; a fresh instance starts from its initial memory again.
     pub recycle_after_calls: u64,
+    /// Fuel (roughly, Wasm instructions) one call may burn: a deterministic budget, unlike
+    /// the deadline. `None`: unmetered.
+    pub fuel: Option<u64>,
 }
 
 impl Default for Limits {
@@ -72,6 +75,7 @@ impl Default for Limits {
             max_memory: 512 << 20,
             max_output: 32 << 20,
             recycle_after_calls: 1_000,
+            fuel: None,
         }
     }
 }
@@ -228,6 +232,8 @@ pub(crate) struct Sandbox<R: Role> {
     deadline_ticks: u64,
     /// Calls served by the live instance.
     calls: u64,
+    /// The engine meters fuel.
+    fuel: bool,
 }
 
 impl<R: Role> Sandbox<R> {
@@ -253,7 +259,14 @@ impl<R: Role> Sandbox<R> {
             interface: R::INTERFACE,
         })?;
         let deadline_ticks = (spec.limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
-        let mut sandbox = Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks, calls: 0 };
+        if spec.limits.fuel.is_some() && !runtime.fuel {
+            return Err(PluginError::Engine(format!(
+                "stage {}: limits.fuel needs a runtime created with fuel metering",
+                spec.name
+            )));
+        }
+        let mut sandbox =
+            Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks, calls: 0, fuel: runtime.fuel };
         // Instantiate now so a bad grant or a failing `open` shows at start-up, not mid-stream.
         sandbox.instance()?;
         Ok(sandbox)
@@ -323,6 +336,10 @@ impl<R: Role> Sandbox<R> {
             self.calls = 0;
             let mut store = self.fresh_store()?;
             store.set_epoch_deadline(self.deadline_ticks);
+            if self.fuel {
+                // Start-up (instantiation, the role probe) is bounded by the deadline alone.
+                store.set_fuel(u64::MAX).map_err(|e| PluginError::Engine(e.to_string()))?;
+            }
             let stage = &self.spec.name;
             let instance = self
                 .pre
@@ -356,9 +373,13 @@ impl<R: Role> Sandbox<R> {
         f: impl FnOnce(&R::Guest, &mut Store<HostState>) -> wasmtime::Result<Result<T, WitError>>,
     ) -> Result<T, PluginError> {
         let ticks = self.deadline_ticks;
+        let fuel = self.fuel.then(|| self.spec.limits.fuel.unwrap_or(u64::MAX));
         self.calls += 1;
         let (store, guest) = self.instance()?;
         store.set_epoch_deadline(ticks);
+        if let Some(fuel) = fuel {
+            store.set_fuel(fuel).map_err(|e| PluginError::Engine(e.to_string()))?;
+        }
         match f(guest, store) {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(error)) => Err(PluginError::Failed { stage: self.spec.name.clone(), error }),
@@ -377,6 +398,9 @@ fn describe(e: &wasmtime::Error, store: &Store<HostState>) -> String {
     let mut msg = match e.downcast_ref::<wasmtime::Trap>() {
         Some(wasmtime::Trap::Interrupt) => {
             format!("call exceeded its deadline of {:?} (limits.call_timeout)", state.spec.limits.call_timeout)
+        }
+        Some(wasmtime::Trap::OutOfFuel) => {
+            format!("call used up its fuel of {} (limits.fuel)", state.spec.limits.fuel.unwrap_or(u64::MAX))
         }
         _ if state.memory.refused => {
             format!("memory limit of {} MiB reached (limits.max_memory_mb)", state.spec.limits.max_memory >> 20)
