@@ -30,12 +30,14 @@ fn good_pipeline(dir: &Path, events: &Path, name: &str) -> std::path::PathBuf {
     file
 }
 
-/// Runs the pipelines in one `weir run`; once `good`'s summary is printed, stops the rest with
-/// SIGTERM. Returns good's rate and whether the process exited 0.
-fn run_beside(pipelines: &[&Path]) -> (f64, bool, String) {
+/// Runs the pipelines in one `weir run` with a metrics endpoint; once `good`'s summary is
+/// printed, scrapes `/metrics` and stops the rest with SIGTERM. Returns good's rate, whether
+/// the process exited 0, its stderr and the scrape.
+fn run_beside(pipelines: &[&Path]) -> (f64, bool, String, String) {
     let mut child = weir()
         .arg("run")
         .args(pipelines)
+        .args(["--metrics-addr", "127.0.0.1:0"])
         .env("WEIR_LOG", "error")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -43,17 +45,41 @@ fn run_beside(pipelines: &[&Path]) -> (f64, bool, String) {
         .unwrap();
     let mut log = String::new();
     let mut good = None;
+    let (mut addr, mut scrape) = (String::new(), String::new());
     for line in BufReader::new(child.stderr.take().unwrap()).lines() {
         let line = line.unwrap();
         log.push_str(&line);
         log.push('\n');
+        if let Some(a) = line.strip_prefix("metrics at http://") {
+            addr = a.trim_end_matches("/metrics").to_string();
+        }
         if line.starts_with("[good]") {
             good = Some(rate(&line));
+            scrape = get_metrics(&addr);
             ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());
         }
     }
     let status = child.wait().unwrap();
-    (good.unwrap_or_else(|| panic!("no summary for good:\n{log}")), status.success(), log)
+    (good.unwrap_or_else(|| panic!("no summary for good:\n{log}")), status.success(), log, scrape)
+}
+
+fn get_metrics(addr: &str) -> String {
+    use std::io::{Read, Write};
+    let mut conn = std::net::TcpStream::connect(addr).unwrap();
+    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: weir\r\n\r\n").unwrap();
+    let mut text = String::new();
+    conn.read_to_string(&mut text).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    text
+}
+
+/// The value of one series in a Prometheus scrape.
+fn series(scrape: &str, name_and_labels: &str) -> f64 {
+    let line = scrape
+        .lines()
+        .find(|l| l.starts_with(name_and_labels))
+        .unwrap_or_else(|| panic!("no {name_and_labels} in\n{scrape}"));
+    line.rsplit(' ').next().unwrap().parse().unwrap()
 }
 
 #[test]
@@ -79,18 +105,28 @@ fn a_tenant_keeps_its_throughput_beside_one_whose_plugin_loops_forever() {
     let mut solo: f64 = 0.0;
     for _ in 0..2 {
         let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
-        let (r, ok, log) = run_beside(&[&good_pipeline(dir.path(), &events, "good")]);
+        let (r, ok, log, _) = run_beside(&[&good_pipeline(dir.path(), &events, "good")]);
         assert!(ok, "{log}");
         solo = solo.max(r);
     }
     let mut beside: f64 = 0.0;
+    let mut scrape = String::new();
     for _ in 0..2 {
         let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
         let _ = std::fs::remove_dir_all(dir.path().join("bad-checkpoint"));
-        let (r, ok, log) = run_beside(&[&good_pipeline(dir.path(), &events, "good"), &bad]);
+        let (r, ok, log, s) = run_beside(&[&good_pipeline(dir.path(), &events, "good"), &bad]);
         assert!(ok, "SIGTERM must stop the looping tenant cleanly too:\n{log}");
         beside = beside.max(r);
+        scrape = s;
     }
     eprintln!("good tenant: {solo:.0} rows/s alone, {beside:.0} rows/s beside an infinite loop");
     assert!(beside >= 0.8 * solo, "{beside:.0} rows/s beside the loop vs {solo:.0} alone");
+
+    // Each tenant's plugins are measured apart.
+    let good_parse = "{pipeline=\"good\",stage=\"parse\",plugin=\"orders_json.wasm\"}";
+    assert_eq!(series(&scrape, &format!("weir_plugin_records_in_total{good_parse}")), 3_000_000.0);
+    assert_eq!(series(&scrape, &format!("weir_plugin_errors_total{good_parse}")), 0.0);
+    let bad_parse = "{pipeline=\"bad\",stage=\"parse\",plugin=\"hostile.wasm\"}";
+    assert!(series(&scrape, &format!("weir_plugin_errors_total{bad_parse}")) >= 1.0, "{scrape}");
+    assert!(series(&scrape, &format!("weir_plugin_memory_high_water_bytes{good_parse}")) > 0.0);
 }

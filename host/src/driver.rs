@@ -24,6 +24,7 @@ use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Pla
 use crate::emit::EmitError;
 use crate::isolate::{isolate, slice_events, slice_records};
 use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
+use crate::plugin::metrics::Snapshot;
 use crate::plugin::{Aggregator, EventBatch, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
 use crate::progress::{BatchProgress, Durations, Progress, Summary};
 use crate::side_output::{DeadLetter, LateEvent, SideOutput, SideOutputError};
@@ -96,6 +97,8 @@ struct WindowStage {
 }
 
 struct Run {
+    name: String,
+    runtime: Arc<Runtime>,
     checkpoint: CheckpointDir,
     failure: FailurePolicy,
     stop: Arc<AtomicBool>,
@@ -172,6 +175,8 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     };
     let source = Source::open(&pipeline.source, restored.as_ref().map(|m| &m.source), opts.stop.clone())?;
     let mut run = Run {
+        name: pipeline.name.clone(),
+        runtime: runtime.clone(),
         checkpoint,
         failure: pipeline.failure,
         stop: opts.stop.clone(),
@@ -210,7 +215,8 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         }
         other => other?,
     }
-    Ok(progress.finish(started.elapsed(), run.window.as_ref().map(|w| w.watermark.current())))
+    let watermark = run.window.as_ref().map(|w| w.watermark.current());
+    Ok(progress.finish(started.elapsed(), watermark, run.plugin_metrics()))
 }
 
 /// Sleeps for `d` unless `stop` is raised first.
@@ -289,6 +295,7 @@ impl Run {
             report.durations.read_ms = read.as_secs_f64() * 1e3;
             report.durations.plan_ms = plan_time.as_secs_f64() * 1e3;
             report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            report.plugins = self.plugin_metrics();
             progress.batch(&report);
             *batch_id += 1;
         }
@@ -335,6 +342,7 @@ impl Run {
                     let last = *batch_id - 1;
                     self.commit(last, self.source.offsets(), &since)?;
                     since.batch_id = last;
+                    since.plugins = self.plugin_metrics();
                     progress.batch(&since);
                 }
                 since = BatchProgress { batch_id: *batch_id, ..Default::default() };
@@ -342,6 +350,10 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    fn plugin_metrics(&self) -> BTreeMap<String, Snapshot> {
+        self.runtime.metrics().pipeline(&self.name).into_iter().collect()
     }
 
     /// Makes batch `batch_id` durable: side outputs, then the state with the source position

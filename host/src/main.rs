@@ -47,6 +47,9 @@ enum Command {
         /// Print one JSON progress object per batch to stderr.
         #[arg(long)]
         progress_json: bool,
+        /// Serve plugin metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
     },
     /// Run a pipeline over recorded events, deterministically, and print the rows that reach
     /// its sink as JSON lines.
@@ -168,7 +171,9 @@ fn main() {
 
 fn real_main() -> Result<()> {
     match Cli::parse().command {
-        Command::Run { pipelines, checkpoint, progress_json } => run_all(&pipelines, checkpoint, progress_json)?,
+        Command::Run { pipelines, checkpoint, progress_json, metrics_addr } => {
+            run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref())?
+        }
         Command::Test { pipeline, events, expect, out, dead_letters, progress_json } => {
             let p = replay(load(&pipeline)?, &events);
             let rows_file = tempfile::NamedTempFile::new().context("cannot create a temporary file")?;
@@ -261,7 +266,7 @@ fn real_main() -> Result<()> {
 
 /// Runs each pipeline on a thread of its own, sharing the Wasm engine and its compiled-component
 /// cache. Every pipeline's failure is reported; the run fails if any did.
-fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool) -> Result<()> {
+fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool, metrics: Option<&str>) -> Result<()> {
     let mut files = Vec::new();
     for p in paths {
         if p.is_dir() {
@@ -287,6 +292,10 @@ fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool) 
         }
     }
     let runtime = runtime(pipelines.iter().map(|(p, _)| p))?;
+    if let Some(addr) = metrics {
+        let bound = cli::metrics::serve(addr, runtime.clone())?;
+        eprintln!("metrics at http://{bound}/metrics");
+    }
     let stop = stop_on_signals()?;
     let threads: Vec<_> = pipelines
         .into_iter()

@@ -2,10 +2,13 @@
 //! StreamingQueryProgress, printed as JSON with `--progress-json`), a periodic human line on
 //! long runs, and the totals at the end. All of it goes to stderr; stdout carries only rows.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
+
+use crate::plugin::metrics::Snapshot;
 
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -44,6 +47,9 @@ pub struct BatchProgress {
     pub state_keys: u64,
     #[serde(rename = "durationMs")]
     pub durations: Durations,
+    /// Each plugin stage's metrics so far (cumulative), by stage.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub plugins: BTreeMap<String, Snapshot>,
 }
 
 #[derive(Serialize)]
@@ -70,15 +76,30 @@ pub struct Summary {
     pub elapsed_s: f64,
     pub rows_per_s: f64,
     pub final_watermark: Option<i64>,
+    /// Each plugin stage's metrics at the end.
+    pub plugins: BTreeMap<String, Snapshot>,
 }
 
 impl Summary {
     /// The human summary printed at the end of a run.
     pub fn render(&self) -> String {
         let wm = self.final_watermark.map_or("none".to_string(), show_time);
+        let mut plugins = String::new();
+        for (stage, m) in &self.plugins {
+            plugins.push_str(&format!(
+                "\n  {stage}: {} calls, {} in, {} out, {} errors, {:.3}s in the plugin, memory high-water {} KiB{}",
+                m.calls,
+                m.records_in,
+                m.records_out,
+                m.errors,
+                m.seconds,
+                m.memory_high_water_bytes >> 10,
+                if m.fuel > 0 { format!(", {} fuel", m.fuel) } else { String::new() },
+            ));
+        }
         format!(
             "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late, {} dead letters; \
-             {} windows emitted, {} rows out; final watermark {wm}",
+             {} windows emitted, {} rows out; final watermark {wm}{plugins}",
             self.input_rows,
             self.elapsed_s,
             self.rows_per_s,
@@ -157,7 +178,8 @@ impl Progress {
         }
     }
 
-    pub fn finish(mut self, elapsed: Duration, watermark: Option<i64>) -> Summary {
+    pub fn finish(mut self, elapsed: Duration, watermark: Option<i64>, plugins: BTreeMap<String, Snapshot>) -> Summary {
+        self.total.plugins = plugins;
         self.total.elapsed_s = elapsed.as_secs_f64();
         self.total.rows_per_s = rate(self.total.input_rows, self.total.elapsed_s);
         self.total.final_watermark = watermark;
@@ -185,7 +207,7 @@ mod tests {
         let mut p = Progress::new("t", false, None);
         p.batch(&BatchProgress { input_rows: 10, late_events: 1, ..Default::default() });
         p.batch(&BatchProgress { input_rows: 5, dead_letters: 2, ..Default::default() });
-        let s = p.finish(Duration::from_secs(1), Some(0));
+        let s = p.finish(Duration::from_secs(1), Some(0), BTreeMap::new());
         assert_eq!((s.batches, s.input_rows, s.late_events, s.dead_letters), (2, 15, 1, 2));
         assert_eq!(s.rows_per_s, 15.0);
     }

@@ -3,4 +3,5 @@
 pub mod demo;
 pub mod inspect;
 pub mod latency;
+pub mod metrics;
 pub mod record;

@@ -10,6 +10,7 @@
 //!   directories listed under `grants` (WASI preopens). No environment, no inherited stdio.
 
 mod cache;
+pub mod metrics;
 mod roles;
 mod sandbox;
 
@@ -78,6 +79,7 @@ pub struct Runtime {
     ticker: Arc<AtomicBool>,
     /// Fuel metering is on: every store gets fuel before each call.
     fuel: bool,
+    metrics: metrics::Registry,
 }
 
 impl Runtime {
@@ -110,11 +112,16 @@ impl Runtime {
             .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
-        Ok(Arc::new(Self { engine, linker, cache, ticker, fuel }))
+        Ok(Arc::new(Self { engine, linker, cache, ticker, fuel, metrics: metrics::Registry::default() }))
     }
 
     /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,
     /// else `~/.cache/weir/components`.
+    /// Every plugin stage's metrics in this process.
+    pub fn metrics(&self) -> &metrics::Registry {
+        &self.metrics
+    }
+
     pub fn default_cache_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("WEIR_CACHE_DIR") {
             return PathBuf::from(d);

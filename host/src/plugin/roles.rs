@@ -8,6 +8,7 @@ use wasmtime::component::{Instance, InstancePre};
 use super::Runtime;
 use super::bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
 use super::bindings::weir::plugin::types::{BatchOutput, EventBatch, RawBatch};
+use super::metrics::bump;
 use super::sandbox::{HostState, PluginError, Role, Sandbox, StageSpec, WitError};
 
 /// Binds a role to its WIT export. `probe` runs on every new instance: a sink's `open`, an empty
@@ -82,6 +83,14 @@ fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), P
     Ok(())
 }
 
+/// Counts a record-by-record stage's call: records in, events out, records rejected.
+fn count<R: Role>(sandbox: &Sandbox<R>, records_in: usize, out: &BatchOutput) {
+    let m = sandbox.metrics();
+    bump(&m.records_in, records_in as u64);
+    bump(&m.records_out, out.events.times.len() as u64);
+    bump(&m.errors, out.errors.len() as u64);
+}
+
 /// Refuses a call's output over `limits.max_output`.
 fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Result<(), PluginError> {
     let max = sandbox.limits().max_output;
@@ -107,6 +116,7 @@ impl Parser {
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.value_ends.len())?;
+        count(&self.0, input.value_ends.len(), &out);
         Ok(out)
     }
 }
@@ -124,6 +134,7 @@ impl Transformer {
         let out = self.0.call(|g, s| g.call_transform(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
         check_output(self.0.stage(), &out, input.times.len())?;
+        count(&self.0, input.times.len(), &out);
         Ok(out)
     }
 }
@@ -172,6 +183,9 @@ impl AggregateFns for Aggregator {
         if out.iter().any(Vec::is_empty) {
             return Err(contract(self.0.stage(), "accumulate returned an empty accumulator".into()));
         }
+        let m = self.0.metrics();
+        bump(&m.records_in, members.len() as u64);
+        bump(&m.records_out, out.len() as u64);
         Ok(out)
     }
 
@@ -206,7 +220,9 @@ impl Sink {
 
     pub fn write_batch(&mut self, batch_id: u64, rows: &sink::RowBatch) -> Result<(), PluginError> {
         self.0.recycle_if_due();
-        self.0.call(|g, s| g.call_write_batch(s, batch_id, rows))
+        self.0.call(|g, s| g.call_write_batch(s, batch_id, rows))?;
+        bump(&self.0.metrics().records_in, rows.row_ends.len() as u64);
+        Ok(())
     }
 
     pub fn commit(&mut self, batch_id: u64) -> Result<(), PluginError> {

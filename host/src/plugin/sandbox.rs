@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use wasmtime::component::{Instance, InstancePre, ResourceTable};
 use wasmtime::{ResourceLimiter, Store};
@@ -10,6 +10,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use super::bindings::weir::plugin::{host, types};
+use super::metrics::{PluginMetrics, StageLabels, bump};
 use super::{EPOCH_TICK, Runtime};
 
 /// Everything the host needs to run one plugin stage.
@@ -161,12 +162,16 @@ pub use types::PluginError as WitError;
 struct MemoryCap {
     max: usize,
     refused: bool,
+    metrics: Arc<PluginMetrics>,
 }
 
 impl ResourceLimiter for MemoryCap {
     fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
         let ok = desired <= self.max;
         self.refused |= !ok;
+        if ok {
+            self.metrics.memory_high_water.fetch_max(desired as u64, std::sync::atomic::Ordering::Relaxed);
+        }
         Ok(ok)
     }
 
@@ -234,6 +239,7 @@ pub(crate) struct Sandbox<R: Role> {
     calls: u64,
     /// The engine meters fuel.
     fuel: bool,
+    metrics: Arc<PluginMetrics>,
 }
 
 impl<R: Role> Sandbox<R> {
@@ -265,8 +271,17 @@ impl<R: Role> Sandbox<R> {
                 spec.name
             )));
         }
-        let mut sandbox =
-            Self { spec: Arc::new(spec), pre, indices, live: None, deadline_ticks, calls: 0, fuel: runtime.fuel };
+        let metrics = runtime.metrics.register(labels(&spec));
+        let mut sandbox = Self {
+            spec: Arc::new(spec),
+            pre,
+            indices,
+            live: None,
+            deadline_ticks,
+            calls: 0,
+            fuel: runtime.fuel,
+            metrics,
+        };
         // Instantiate now so a bad grant or a failing `open` shows at start-up, not mid-stream.
         sandbox.instance()?;
         Ok(sandbox)
@@ -278,6 +293,10 @@ impl<R: Role> Sandbox<R> {
 
     pub(crate) fn limits(&self) -> &Limits {
         &self.spec.limits
+    }
+
+    pub(crate) fn metrics(&self) -> &PluginMetrics {
+        &self.metrics
     }
 
     /// Replaces the instance if it has served its calls. Only between units of work that keep
@@ -322,7 +341,7 @@ impl<R: Role> Sandbox<R> {
         let state = HostState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
-            memory: MemoryCap { max: spec.limits.max_memory, refused: false },
+            memory: MemoryCap { max: spec.limits.max_memory, refused: false, metrics: self.metrics.clone() },
             stderr,
             spec: spec.clone(),
         };
@@ -375,12 +394,23 @@ impl<R: Role> Sandbox<R> {
         let ticks = self.deadline_ticks;
         let fuel = self.fuel.then(|| self.spec.limits.fuel.unwrap_or(u64::MAX));
         self.calls += 1;
+        let m = self.metrics.clone();
         let (store, guest) = self.instance()?;
         store.set_epoch_deadline(ticks);
         if let Some(fuel) = fuel {
             store.set_fuel(fuel).map_err(|e| PluginError::Engine(e.to_string()))?;
         }
-        match f(guest, store) {
+        let started = Instant::now();
+        let result = f(guest, store);
+        bump(&m.calls, 1);
+        bump(&m.nanos, started.elapsed().as_nanos() as u64);
+        if let Some(fuel) = fuel {
+            bump(&m.fuel, fuel.saturating_sub(store.get_fuel().unwrap_or(0)));
+        }
+        if !matches!(result, Ok(Ok(_))) {
+            bump(&m.errors, 1);
+        }
+        match result {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(error)) => Err(PluginError::Failed { stage: self.spec.name.clone(), error }),
             Err(e) => {
@@ -389,6 +419,17 @@ impl<R: Role> Sandbox<R> {
                 Err(PluginError::Trap { stage: self.spec.name.clone(), message })
             }
         }
+    }
+}
+
+/// Metric labels from a stage spec: its name is `pipeline/stage (plugin file)`.
+fn labels(spec: &StageSpec) -> StageLabels {
+    let name = spec.name.split(" (").next().unwrap_or(&spec.name);
+    let (pipeline, stage) = name.split_once('/').unwrap_or(("", name));
+    StageLabels {
+        pipeline: pipeline.to_string(),
+        stage: stage.to_string(),
+        plugin: spec.component.file_name().map_or(String::new(), |f| f.to_string_lossy().into_owned()),
     }
 }
 
