@@ -287,7 +287,7 @@ impl Run {
             let read = t0.elapsed() - plan_time;
             let (rows, mut report) = self.process(*batch_id, &batch, plan.flush, &plan.idle)?;
             let t = Instant::now();
-            self.sink.deliver(*batch_id, &rows)?;
+            self.deliver(*batch_id, &rows)?;
             report.durations.sink_ms = ms(t);
             let t = Instant::now();
             self.commit(*batch_id, plan.end, &report)?;
@@ -328,7 +328,7 @@ impl Run {
             };
             if !batch.is_empty() {
                 let (rows, report) = self.process(*batch_id, &batch, false, &[])?;
-                self.sink.deliver(*batch_id, &rows)?;
+                self.deliver(*batch_id, &rows)?;
                 *batch_id += 1;
                 since.input_rows += report.input_rows;
                 since.events += report.events;
@@ -350,6 +350,29 @@ impl Run {
             }
         }
         Ok(())
+    }
+
+    /// Delivers a batch; a sink plugin's failure is retried with backoff (delivery is
+    /// idempotent per batch id), then stops the pipeline: rows cannot be set aside the way
+    /// input records can.
+    fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), RunError> {
+        let mut backoff = self.failure.backoff;
+        let mut attempt = 0;
+        loop {
+            match self.sink.deliver(batch_id, rows) {
+                Err(SinkError::Plugin(e))
+                    if crate::isolate::isolatable(&e)
+                        && attempt < self.failure.retries
+                        && !self.stop.load(Ordering::Relaxed) =>
+                {
+                    tracing::warn!("{e}; delivering batch {batch_id} again in {backoff:?}");
+                    sleep_unless(&self.stop, backoff);
+                    backoff *= 2;
+                    attempt += 1;
+                }
+                other => return Ok(other?),
+            }
+        }
     }
 
     fn plugin_metrics(&self) -> BTreeMap<String, Snapshot> {

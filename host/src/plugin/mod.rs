@@ -3,11 +3,16 @@
 //!
 //! Contract each sandbox keeps (the limits are set per stage in the pipeline file):
 //! - a call that runs past its wall-clock deadline traps (epoch interruption), and so does one
-//!   that grows linear memory past its cap (`StoreLimits`);
+//!   that grows linear memory past its cap (a `ResourceLimiter`), burns its fuel (when metered)
+//!   or returns more than its output cap;
 //! - a trapped instance is never entered again: the next call gets a fresh instance from the
-//!   `InstancePre` (tens of microseconds), so one bad batch costs one batch;
+//!   `InstancePre` (tens of microseconds), so one bad batch costs one batch; healthy instances
+//!   are replaced every `recycle_after_calls` calls, so leaks cannot accumulate;
 //! - the plugin sees only what its stage grants: its `config` table, a logger, and the
-//!   directories listed under `grants` (WASI preopens). No environment, no inherited stdio.
+//!   directories, environment variables, clocks, randomness and network addresses listed under
+//!   `grants`. Clocks are frozen and randomness is seeded otherwise; no inherited stdio.
+//!
+//! `docs/security.md` is the user-facing version of this contract.
 
 mod cache;
 pub mod metrics;
