@@ -316,8 +316,57 @@ fn a_component_built_for_another_wit_version_is_refused_by_name() {
     let err = refused_with("orders_json", "wit_major_1_parser");
     assert!(
         err.contains("weir:plugin@1.0.0")
-            && err.contains("weir:plugin@0.2.x")
+            && err.contains("weir:plugin@0.3.x")
             && err.contains("wit_major_1_parser.wasm"),
         "{err}"
     );
+}
+
+/// A pipeline checkpointed by one aggregator build continues under a build with a new
+/// accumulator encoding that migrates the old one; the reverse is refused, naming both versions.
+#[test]
+fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = orders(dir.path(), 20_000, 12);
+    let text = std::fs::read_to_string(&all).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = lines.split_at(10_000);
+    let events = dir.path().join("orders.jsonl");
+    std::fs::write(&events, first.join("\n") + "\n").unwrap();
+    let windows = dir.path().join("w");
+    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("cp").display());
+    let p = pipeline(
+        dir.path(),
+        Spec { window: TUMBLING, watermark: "flush_at_end = false", extra: &extra, ..Default::default() },
+    );
+    ok(weir().arg("run").arg(&p).output().unwrap());
+
+    // More input arrives; the pipeline restarts with the version-2 build of its aggregator.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
+    std::io::Write::write_all(&mut f, (second.join("\n") + "\n").as_bytes()).unwrap();
+    let swap = |text: &str, from: &str, to: &str| {
+        text.replace(&component(from).display().to_string(), &component(to).display().to_string())
+    };
+    let v1 = std::fs::read_to_string(&p).unwrap();
+    let v2 = swap(&v1, "error_rate", "versioned_count");
+    std::fs::write(&p, &v2).unwrap();
+    let out = ok(weir().arg("run").arg(&p).env("WEIR_LOG", "info").output().unwrap());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("from state version 1 to 2"));
+
+    // Back to the version-1 build, with windows still open: it cannot read version-2
+    // accumulators, and says so.
+    std::fs::write(&p, &v1).unwrap();
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("state version 2") && err.contains("declares state version 1") && err.contains("error_rate.wasm"),
+        "{err}"
+    );
+
+    // The version-2 build finishes the input: every window as if one build had run throughout.
+    std::fs::write(&p, v2.replace("flush_at_end = false", "")).unwrap();
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let (kept, _) = kept_orders(&all);
+    assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }

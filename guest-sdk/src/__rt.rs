@@ -152,6 +152,22 @@ pub fn finish<A: Aggregator>(cell: &OnceLock<A>, accs: Vec<Vec<u8>>) -> WitResul
     Ok(out)
 }
 
+pub fn state_version<A: Aggregator>() -> u32 {
+    A::STATE_VERSION
+}
+
+pub fn migrate<A: Aggregator>(cell: &OnceLock<A>, from: u32, accs: Vec<Vec<u8>>) -> WitResult<Vec<Vec<u8>>> {
+    if !A::IMPLEMENTED {
+        return Err(unsupported("aggregator"));
+    }
+    let a = role(cell, A::new)?;
+    let mut out = Vec::with_capacity(accs.len());
+    for bytes in &accs {
+        out.push(encode::<A>(&a.migrate(from, bytes)?)?);
+    }
+    Ok(out)
+}
+
 pub fn sink_open<S: Sink>(cell: &OnceLock<S>) -> WitResult<()> {
     if !S::IMPLEMENTED {
         return Err(unsupported("sink"));
@@ -247,6 +263,12 @@ macro_rules! __export_plugin {
                 }
                 fn finish(accs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, rt::WitError> {
                     rt::finish(&AGGREGATOR, accs)
+                }
+                fn state_version() -> u32 {
+                    rt::state_version::<$a>()
+                }
+                fn migrate(from: u32, accs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, rt::WitError> {
+                    rt::migrate(&AGGREGATOR, from, accs)
                 }
             }
             impl rt::sink::Guest for WeirPlugin {

@@ -49,7 +49,7 @@ pub use wit_bindgen as __wit_bindgen;
 pub mod __bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.2.0",
+        world: "weir:plugin/plugin@0.3.0",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         runtime_path: "::weir_guest::__wit_bindgen::rt",
@@ -70,6 +70,9 @@ pub enum PluginError {
     Io(String),
     /// Any other failure of the plugin's logic.
     Internal(String),
+    /// This build cannot do what was asked (e.g. migrate accumulators of an unknown state
+    /// version).
+    Unsupported(String),
 }
 
 impl std::fmt::Display for PluginError {
@@ -79,6 +82,7 @@ impl std::fmt::Display for PluginError {
             PluginError::BadState(m) => write!(f, "bad state: {m}"),
             PluginError::Io(m) => write!(f, "i/o: {m}"),
             PluginError::Internal(m) => write!(f, "internal: {m}"),
+            PluginError::Unsupported(m) => write!(f, "unsupported: {m}"),
         }
     }
 }
@@ -98,6 +102,7 @@ impl From<PluginError> for types::PluginError {
             PluginError::BadState(m) => types::PluginError::BadState(m),
             PluginError::Io(m) => types::PluginError::Io(m),
             PluginError::Internal(m) => types::PluginError::Internal(m),
+            PluginError::Unsupported(m) => types::PluginError::Unsupported(m),
         }
     }
 }

@@ -50,6 +50,17 @@ pub trait Aggregator: Sized + Send + Sync + 'static {
     /// The result row of a group, or `None` for no row.
     fn finish(&self, acc: &Self::Acc) -> Option<Self::Output>;
 
+    /// The version of `Acc`'s encoding. Change it whenever a new build could not read the
+    /// accumulators an older build wrote: the host then asks [`Aggregator::migrate`] to convert
+    /// the checkpointed state, and refuses to run if it cannot.
+    const STATE_VERSION: u32 = 1;
+
+    /// Converts one accumulator (its encoded bytes) written by state version `from`. The
+    /// default converts nothing: a checkpoint of another version is refused.
+    fn migrate(&self, from: u32, _acc: &[u8]) -> Result<Self::Acc, PluginError> {
+        Err(PluginError::Unsupported(format!("no migration from state version {from} to {}", Self::STATE_VERSION)))
+    }
+
     #[doc(hidden)]
     const IMPLEMENTED: bool = true;
 }

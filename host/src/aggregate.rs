@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use rustc_hash::FxHashMap;
 
 use crate::pipeline::OutputMode;
-use crate::plugin::{AggregateFns, EventBatch, PluginError};
+use crate::plugin::{AggregateFns, Aggregator, EventBatch, PluginError};
 use crate::state::{StateError, StateStore, time_from_key, time_key};
 use crate::window::{Interval, Panes, WindowSpec, merge_sessions};
 
@@ -467,6 +467,27 @@ impl WindowOperator for SessionOperator {
         out.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
         Ok(out)
     }
+}
+
+/// Rewrites every accumulator in the state through the aggregator's `migrate`: pane values
+/// (`p` keys) whole, session values (`s` keys) after their 8-byte end. Staged, like a batch's
+/// changes, so that it commits atomically with the record of the new version.
+pub fn migrate_state(state: &mut StateStore, agg: &mut Aggregator, from: u32) -> Result<usize, AggregateError> {
+    let mut n = 0;
+    for (prefix, upper, skip) in [(b"p", b"q", 0), (b"s", b"t", 8)] {
+        let entries = state.range(prefix, upper)?;
+        for chunk in entries.chunks(1_000) {
+            let accs: Vec<Vec<u8>> = chunk.iter().map(|(_, v)| v.get(skip..).unwrap_or_default().to_vec()).collect();
+            let migrated = agg.migrate(from, &accs)?;
+            for ((k, v), acc) in chunk.iter().zip(migrated) {
+                let mut value = v[..skip.min(v.len())].to_vec();
+                value.extend_from_slice(&acc);
+                state.put(k.clone(), value);
+            }
+            n += chunk.len();
+        }
+    }
+    Ok(n)
 }
 
 fn put_session(state: &mut StateStore, key: &[u8], start: i64, end: i64, acc: &[u8]) {

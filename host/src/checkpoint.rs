@@ -78,6 +78,9 @@ pub struct StateMeta {
     pub watermark: watermark::Saved,
     pub dead_letters_len: u64,
     pub late_len: u64,
+    /// The aggregator's accumulator encoding version the state was written with.
+    #[serde(default)]
+    pub state_version: Option<u32>,
 }
 
 pub struct CheckpointDir {

@@ -98,6 +98,7 @@ struct WindowStage {
 
 struct Run {
     name: String,
+    state_version: Option<u32>,
     runtime: Arc<Runtime>,
     checkpoint: CheckpointDir,
     failure: FailurePolicy,
@@ -141,7 +142,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
     let dead = SideOutput::open(&dead_path, restored.as_ref().map_or(0, |m| m.dead_letters_len))?;
 
-    let window = match &pipeline.windowed {
+    let mut window = match &pipeline.windowed {
         None => None,
         Some(w) => {
             let mut watermark = Watermark::new(w.time.delay_ms, w.time.idle_timeout);
@@ -156,6 +157,33 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
             })
         }
     };
+    let state_version = match window.as_mut() {
+        Some(w) => Some(w.agg.state_version()?),
+        None => None,
+    };
+    let mut state = state;
+    if let (Some(w), Some(to), Some(m)) = (window.as_mut(), state_version, restored.as_ref()) {
+        // Checkpoints from before versioning hold version 1, every SDK build's default.
+        let from = m.state_version.unwrap_or(1);
+        if from != to {
+            let migrated =
+                crate::aggregate::migrate_state(&mut state, &mut w.agg, from).map_err(|e| CheckpointError {
+                    path: checkpoint.state_dir(),
+                    message: format!(
+                        "holds accumulators of state version {from}; the plugin {} declares state version {to} and \
+                         cannot migrate them ({e}). Run the build that wrote them, or start a new checkpoint",
+                        w.cfg.aggregate.component.display()
+                    ),
+                })?;
+            let meta = StateMeta { state_version: Some(to), ..m.clone() };
+            let bytes = serde_json::to_vec(&meta).map_err(|e| CheckpointError {
+                path: checkpoint.state_dir(),
+                message: format!("cannot encode the batch record: {e}"),
+            })?;
+            state.commit(&bytes)?;
+            tracing::info!("{}: migrated {migrated} accumulators from state version {from} to {to}", pipeline.name);
+        }
+    }
     let late = match window.as_ref().map(|w| &w.cfg.time) {
         Some(t) if t.late == LatePolicy::SideOutput => {
             let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
@@ -176,6 +204,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let source = Source::open(&pipeline.source, restored.as_ref().map(|m| &m.source), opts.stop.clone())?;
     let mut run = Run {
         name: pipeline.name.clone(),
+        state_version,
         runtime: runtime.clone(),
         checkpoint,
         failure: pipeline.failure,
@@ -391,6 +420,7 @@ impl Run {
                 Some(l) => l.flush()?,
                 None => 0,
             },
+            state_version: self.state_version,
         };
         let bytes = serde_json::to_vec(&meta).map_err(|e| CheckpointError {
             path: self.checkpoint.state_dir(),

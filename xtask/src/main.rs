@@ -13,10 +13,18 @@ use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-/// Plugins built to components, by crate name: the examples, then the adversarial ones the
-/// tests load (`tests/plugins/`). All land in `plugins/dist/`.
-const PLUGINS: &[&str] =
-    &["orders-json", "status-filter", "error-rate", "jsonl-file-sink", "wit-major-1-parser", "hostile"];
+/// Plugins built to components, by crate name: the examples, then the ones only the tests load
+/// (`tests/plugins/`: adversarial plugins, a second build of an aggregator). All land in
+/// `plugins/dist/`.
+const PLUGINS: &[&str] = &[
+    "orders-json",
+    "status-filter",
+    "error-rate",
+    "jsonl-file-sink",
+    "wit-major-1-parser",
+    "hostile",
+    "versioned-count",
+];
 
 fn main() -> Result<()> {
     // At run time, not `env!`: checkouts that share a target directory share one xtask binary.

@@ -34,7 +34,7 @@ pub use sandbox::{DirGrant, Grants, Limits, PluginError, StageSpec, WitError};
 mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.2.0",
+        world: "weir:plugin/plugin@0.3.0",
     });
 }
 
@@ -71,7 +71,7 @@ impl Default for RowBatch {
 }
 
 /// The WIT package version this host implements; components must match its major.minor.
-pub const WIT_VERSION: &str = "0.2.0";
+pub const WIT_VERSION: &str = "0.3.0";
 
 /// How often the epoch ticks; call deadlines are whole ticks.
 const EPOCH_TICK: Duration = Duration::from_millis(10);

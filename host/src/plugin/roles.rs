@@ -19,7 +19,7 @@ macro_rules! role {
         pub(crate) struct $role;
         impl Role for $role {
             const NAME: &'static str = $name;
-            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.2.0");
+            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.3.0");
             type Indices = $module::GuestIndices;
             type Guest = $module::Guest;
             fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices> {
@@ -165,6 +165,19 @@ pub struct Aggregator(Sandbox<AggregatorRole>);
 impl Aggregator {
     pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
+    }
+
+    /// The plugin build's accumulator encoding version.
+    pub fn state_version(&mut self) -> Result<u32, PluginError> {
+        self.0.call(|g, s| g.call_state_version(s).map(Ok))
+    }
+
+    /// Accumulators written by state version `from`, converted to this build's. A plugin
+    /// that cannot answers `PluginError::Failed` with `unsupported`.
+    pub fn migrate(&mut self, from: u32, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        let out = self.0.call(|g, s| g.call_migrate(s, from, accs))?;
+        check_count(self.0.stage(), "migrate", out.len(), accs.len())?;
+        Ok(out)
     }
 }
 
