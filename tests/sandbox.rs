@@ -168,3 +168,38 @@ fn a_fuel_budget_stops_a_loop_deterministically_and_good_records_fit_in_it() {
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["error"].as_str().unwrap().contains("limits.fuel"), "{}", dead[0]);
 }
+
+/// An aggregator handed accumulator bytes it cannot decode (another plugin's, under the same
+/// state version) stops its pipeline with the reason; nothing is lost: the right build resumes
+/// from the checkpoint and the result is complete.
+#[test]
+fn accumulators_that_do_not_decode_stop_the_pipeline_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let all = orders(dir.path(), 20_000, 4);
+    let text = std::fs::read_to_string(&all).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let events = dir.path().join("orders.jsonl");
+    std::fs::write(&events, lines[..10_000].join("\n") + "\n").unwrap();
+    let windows = dir.path().join("w");
+    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("cp").display());
+    let p = pipeline(
+        dir.path(),
+        Spec { window: TUMBLING, watermark: "flush_at_end = false", extra: &extra, ..Default::default() },
+    );
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
+    std::io::Write::write_all(&mut f, (lines[10_000..].join("\n") + "\n").as_bytes()).unwrap();
+
+    let good = std::fs::read_to_string(&p).unwrap().replace("flush_at_end = false", "");
+    let (rate, hostile) = (component("error_rate").display().to_string(), component("hostile").display().to_string());
+    std::fs::write(&p, good.replace(&rate, &hostile)).unwrap();
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("test/aggregate (hostile.wasm)") && err.contains("accumulator does not decode"), "{err}");
+
+    std::fs::write(&p, good).unwrap();
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let (kept, _) = kept_orders(&all);
+    assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
+}

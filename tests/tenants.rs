@@ -53,7 +53,7 @@ fn run_beside(pipelines: &[&Path]) -> (f64, bool, String, String) {
         if let Some(a) = line.strip_prefix("metrics at http://") {
             addr = a.trim_end_matches("/metrics").to_string();
         }
-        if line.starts_with("[good]") {
+        if line.starts_with("[good]") && line.contains(" input rows in ") {
             good = Some(rate(&line));
             scrape = get_metrics(&addr);
             ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());

@@ -56,6 +56,10 @@ pub trait WindowOperator {
         agg: &mut dyn AggregateFns,
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError>;
+
+    /// Forgets what a failed `process` noted, so that it can run again from the state as it
+    /// was (the caller discards the state's staged changes).
+    fn abandon(&mut self);
 }
 
 pub fn operator(spec: WindowSpec, allowed_lateness: i64) -> Box<dyn WindowOperator> {
@@ -132,6 +136,10 @@ fn split_pane_key(k: &[u8]) -> (i64, &[u8]) {
 }
 
 impl WindowOperator for PaneOperator {
+    fn abandon(&mut self) {
+        self.changed.clear();
+    }
+
     fn process(
         &mut self,
         events: &EventBatch,
@@ -320,6 +328,10 @@ struct Session {
 }
 
 impl WindowOperator for SessionOperator {
+    fn abandon(&mut self) {
+        self.changed.clear();
+    }
+
     fn process(
         &mut self,
         events: &EventBatch,

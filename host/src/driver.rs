@@ -506,7 +506,28 @@ impl Run {
         if let Some(w) = self.window.as_mut() {
             let t = Instant::now();
             let in_force = w.watermark.current();
-            let late = w.op.process(&events, in_force, &mut w.agg, &mut self.state)?;
+            // A failed call is retried from the state as it was before the batch; past the
+            // retries the pipeline stops (events cannot be set aside from a window the way
+            // records are from a parser: the accumulator they went into is one value).
+            let mut backoff = self.failure.backoff;
+            let mut attempt = 0;
+            let late = loop {
+                match w.op.process(&events, in_force, &mut w.agg, &mut self.state) {
+                    Err(AggregateError::Plugin(e))
+                        if crate::isolate::isolatable(&e)
+                            && attempt < self.failure.retries
+                            && !self.stop.load(Ordering::Relaxed) =>
+                    {
+                        tracing::warn!("{e}; accumulating batch {batch_id} again in {backoff:?}");
+                        w.op.abandon();
+                        self.state.discard();
+                        sleep_unless(&self.stop, backoff);
+                        backoff *= 2;
+                        attempt += 1;
+                    }
+                    other => break other?,
+                }
+            };
             report.late_events = late.len();
             if let Some(side) = self.late.as_mut() {
                 for &i in &late {

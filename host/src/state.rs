@@ -59,6 +59,11 @@ impl StateStore {
         }
     }
 
+    /// Drops the changes staged since the last commit.
+    pub fn discard(&mut self) {
+        self.staged.clear();
+    }
+
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.staged.insert(key, Some(value));
     }

@@ -157,6 +157,9 @@ impl PluginError {
 
 pub use types::PluginError as WitError;
 
+/// Elements a plugin's tables may grow to (function references, mostly).
+const MAX_TABLE_ELEMENTS: usize = 100_000;
+
 /// Caps linear memory, and remembers that it refused, so the trap that follows (the guest's
 /// allocator aborts) is reported as the limit it is.
 struct MemoryCap {
@@ -176,7 +179,21 @@ impl ResourceLimiter for MemoryCap {
     }
 
     fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= 100_000)
+        Ok(desired <= MAX_TABLE_ELEMENTS)
+    }
+
+    // A component is a handful of core instances, tables and memories; a store holds one
+    // component. These caps stop a component that declares thousands from getting them.
+    fn instances(&self) -> usize {
+        64
+    }
+
+    fn tables(&self) -> usize {
+        64
+    }
+
+    fn memories(&self) -> usize {
+        16
     }
 }
 

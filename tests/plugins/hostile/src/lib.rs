@@ -11,6 +11,9 @@
 //! - `output`: emits a 16 MiB row (the output cap);
 //! - `leak`: keeps 1 MiB forever in a static, then parses as an order (instance recycling);
 //! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check.
+//!
+//! It is also an aggregator that claims the same state version as `plugins/error-rate` but
+//! cannot read its accumulators: state that does not decode.
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -18,7 +21,8 @@ use std::sync::Mutex;
 static LEAKED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 use serde::Deserialize;
-use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
+use serde::Serialize;
+use weir_guest::{Aggregator, Config, Emitter, Event, Parser, PluginError, Record, RecordError, export_plugin};
 
 struct Hostile;
 
@@ -96,4 +100,29 @@ impl Parser for Hostile {
     }
 }
 
-export_plugin!(parser: Hostile);
+/// An accumulator no other plugin writes.
+#[derive(Default, Serialize, Deserialize)]
+struct Strange {
+    only_mine: u64,
+}
+
+impl Aggregator for Hostile {
+    type Acc = Strange;
+    type Output = Strange;
+
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Hostile)
+    }
+    fn add(&self, acc: &mut Strange, _: &Event<'_>) -> Result<(), PluginError> {
+        acc.only_mine += 1;
+        Ok(())
+    }
+    fn merge(&self, acc: &mut Strange, other: Strange) {
+        acc.only_mine += other.only_mine;
+    }
+    fn finish(&self, acc: &Strange) -> Option<Strange> {
+        Some(Strange { only_mine: acc.only_mine })
+    }
+}
+
+export_plugin!(parser: Hostile, aggregator: Hostile);
