@@ -142,6 +142,9 @@ enum Command {
         /// Alert when a window's error rate is above this fraction.
         #[arg(long, default_value_t = 0.05)]
         threshold: f64,
+        /// Print one JSON progress object per batch to stderr.
+        #[arg(long)]
+        progress_json: bool,
     },
 }
 
@@ -255,8 +258,8 @@ fn real_main() -> Result<()> {
             };
             eprintln!("recorded {n} records from {}", args.topic);
         }
-        Command::Demo { pipeline, rate, events, threshold } => {
-            let args = cli::demo::DemoArgs { pipeline: load(&pipeline)?, rate, events, threshold };
+        Command::Demo { pipeline, rate, events, threshold, progress_json } => {
+            let args = cli::demo::DemoArgs { pipeline: load(&pipeline)?, rate, events, threshold, progress_json };
             let runtime = runtime([&args.pipeline])?;
             cli::demo::demo(args, &runtime, stop_on_signals()?)?;
         }

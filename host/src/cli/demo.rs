@@ -35,6 +35,8 @@ pub struct DemoArgs {
     pub events: Option<u64>,
     /// Alert when a window's error rate is above this fraction.
     pub threshold: f64,
+    /// One JSON progress object per batch on stderr.
+    pub progress_json: bool,
 }
 
 const TOPIC: &str = "orders";
@@ -73,7 +75,7 @@ pub fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -
         output: Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() })),
         checkpoint: scratch.path().to_path_buf(),
         dead_letters: None,
-        progress: Progress::new(&args.pipeline.name, std::env::var_os("WEIR_DEMO_PROGRESS").is_some(), None),
+        progress: Progress::new(&args.pipeline.name, args.progress_json, None),
         stop: stop.clone(),
     };
     let result = driver::run(&args.pipeline, runtime, opts);
