@@ -203,3 +203,79 @@ fn accumulators_that_do_not_decode_stop_the_pipeline_and_lose_nothing() {
     let (kept, _) = kept_orders(&all);
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }
+
+/// Requests a test server received: path and body.
+type Received = std::sync::Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
+/// A tiny HTTP server: records each request's path and body, answers 200.
+fn http_server() -> (String, Received) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let got = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = got.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let mut r = BufReader::new(conn.try_clone().unwrap());
+            let mut line = String::new();
+            r.read_line(&mut line).unwrap();
+            let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+            let mut len = 0;
+            loop {
+                let mut h = String::new();
+                r.read_line(&mut h).unwrap();
+                if h.trim().is_empty() {
+                    break;
+                }
+                if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap();
+                }
+            }
+            let mut body = vec![0; len];
+            r.read_exact(&mut body).unwrap();
+            seen.lock().unwrap().push((path, body));
+            let mut conn = conn;
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+        }
+    });
+    (addr, got)
+}
+
+#[test]
+fn outbound_http_reaches_only_the_granted_authorities() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 2_000, 6);
+    let (addr, got) = http_server();
+    let sink = |grant: &str| {
+        format!(
+            "name = \"posted\"\n[source]\ntype = \"replay\"\npath = \"{}\"\n[trigger]\nmode = \"available-now\"\n\
+             [parse]\nplugin = \"{}\"\n[sink]\nplugin = \"{}\"\nconfig = {{ authority = \"{addr}\" }}\n\
+             grants.http = [{grant}]\n[failure]\nretries = 1\nbackoff = \"10ms\"\n[checkpoint]\nlocation = \"{}\"\n",
+            events.display(),
+            component("orders_json").display(),
+            component("http_sink").display(),
+            dir.path().join(format!("cp-{}", grant.len())).display(),
+        )
+    };
+    let p = dir.path().join("posted.toml");
+
+    // Not granted: the request never leaves the sandbox, and the pipeline says why.
+    std::fs::write(&p, sink("")).unwrap();
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HttpRequestDenied"), "{err}");
+    assert!(got.lock().unwrap().is_empty(), "nothing may reach the server");
+
+    // Granted: every row arrives, batch by batch.
+    std::fs::write(&p, sink(&format!("\"{addr}\""))).unwrap();
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let posts = got.lock().unwrap().clone();
+    assert!(
+        posts.iter().all(|(path, _)| path.starts_with("/batches/")),
+        "{:?}",
+        posts.iter().map(|p| &p.0).collect::<Vec<_>>()
+    );
+    let rows: usize = posts.iter().map(|(_, body)| body.iter().filter(|&&b| b == b'\n').count()).sum();
+    assert_eq!(rows, 2_000);
+}

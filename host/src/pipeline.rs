@@ -228,6 +228,9 @@ struct GrantsFile {
     /// "host:port" addresses the plugin may open TCP connections to.
     #[serde(default)]
     network: Vec<String>,
+    /// "host:port" authorities the plugin may send HTTP requests to (wasi:http).
+    #[serde(default)]
+    http: Vec<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -522,7 +525,20 @@ fn build(
             }
             limits.fuel = Some(f);
         }
-        let mut grants = Grants { clocks: s.grants.clocks, random: s.grants.random, ..Grants::default() };
+        let mut grants = Grants {
+            clocks: s.grants.clocks,
+            random: s.grants.random,
+            http: s.grants.http.clone(),
+            ..Grants::default()
+        };
+        for (i, a) in s.grants.http.iter().enumerate() {
+            if a.contains('/') || !a.contains(':') {
+                return Err(invalid(
+                    &format!("{key}.grants.http[{i}]"),
+                    format!("`{a}`: write the authority as \"host:port\", e.g. \"api.example.com:443\""),
+                ));
+            }
+        }
         for name in s.grants.env {
             let value = std::env::var(&name).map_err(|_| {
                 invalid(&format!("{key}.grants.env"), format!("`{name}` is not set in Weir's environment"))
@@ -733,7 +749,12 @@ fn sink_config(
             not_for("plugin", s.plugin.is_some(), "Kafka")?;
             not_for("config", !s.config.is_empty(), "Kafka")?;
             let g = &s.grants;
-            let granted = !g.dirs.is_empty() || !g.env.is_empty() || g.clocks || g.random || !g.network.is_empty();
+            let granted = !g.dirs.is_empty()
+                || !g.env.is_empty()
+                || g.clocks
+                || g.random
+                || !g.network.is_empty()
+                || !g.http.is_empty();
             not_for("grants", granted, "Kafka")?;
             let topic = s
                 .topic

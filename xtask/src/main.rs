@@ -14,7 +14,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 /// Plugins built to components, by crate name: the examples, then the ones only the tests load
-/// (`tests/plugins/`: adversarial plugins, a second build of an aggregator). All land in
+/// (`tests/plugins/`: adversarial plugins, a second build of an aggregator, an HTTP sink). All land in
 /// `plugins/dist/`.
 const PLUGINS: &[&str] = &[
     "orders-json",
@@ -24,6 +24,7 @@ const PLUGINS: &[&str] = &[
     "wit-major-1-parser",
     "hostile",
     "versioned-count",
+    "http-sink",
 ];
 
 fn main() -> Result<()> {

@@ -8,6 +8,9 @@ use wasmtime::component::{Instance, InstancePre, ResourceTable};
 use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{
+    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
+};
 
 use super::bindings::weir::plugin::{host, types};
 use super::metrics::{PluginMetrics, StageLabels, bump};
@@ -40,6 +43,8 @@ pub struct Grants {
     pub random: bool,
     /// TCP connections to exactly these addresses.
     pub network: Vec<std::net::SocketAddr>,
+    /// Outbound HTTP (`wasi:http`) to exactly these authorities (`host:port`).
+    pub http: Vec<String>,
 }
 
 /// A host directory the plugin may see, at `guest` inside the sandbox.
@@ -199,6 +204,8 @@ impl ResourceLimiter for MemoryCap {
 
 pub(crate) struct HostState {
     wasi: WasiCtx,
+    http: WasiHttpCtx,
+    http_allowed: HttpAllowList,
     table: ResourceTable,
     memory: MemoryCap,
     stderr: MemoryOutputPipe,
@@ -208,6 +215,45 @@ pub(crate) struct HostState {
 impl WasiView for HostState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
         WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl WasiHttpView for HostState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView { hooks: &mut self.http_allowed, table: &mut self.table, ctx: &mut self.http }
+    }
+}
+
+/// Outbound HTTP is denied unless the request's authority is on the stage's `grants.http`.
+struct HttpAllowList(Vec<String>);
+
+impl WasiHttpHooks for HttpAllowList {
+    fn send_request(
+        &mut self,
+        request: http::Request<WasiBody>,
+        options: Option<RequestOptions>,
+        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
+    ) -> Box<
+        dyn Future<
+                Output = Result<
+                    (http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>),
+                    HttpError,
+                >,
+            > + Send,
+    > {
+        drop(fut);
+        // Compared as host:port, the port filled in from the scheme when the request has none.
+        let uri = request.uri();
+        let port = uri.port_u16().unwrap_or(if uri.scheme() == Some(&http::uri::Scheme::HTTPS) { 443 } else { 80 });
+        let authority = format!("{}:{port}", uri.host().unwrap_or_default());
+        if !self.0.contains(&authority) {
+            return Box::new(async { Err(HttpError::HttpRequestDenied) });
+        }
+        Box::new(async move {
+            use http_body_util::BodyExt;
+            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
+            Ok((res.map(BodyExt::boxed_unsync), Box::new(io) as Box<dyn Future<Output = _> + Send>))
+        })
     }
 }
 
@@ -357,6 +403,8 @@ impl<R: Role> Sandbox<R> {
         }
         let state = HostState {
             wasi: wasi.build(),
+            http: WasiHttpCtx::new(),
+            http_allowed: HttpAllowList(g.http.clone()),
             table: ResourceTable::new(),
             memory: MemoryCap { max: spec.limits.max_memory, refused: false, metrics: self.metrics.clone() },
             stderr,
