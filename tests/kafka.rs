@@ -38,17 +38,6 @@ fn spawn_run(p: &Path) -> Child {
     weir().arg("run").arg(p).arg("--progress-json").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap()
 }
 
-/// xorshift: the kill schedule is reproducible from the printed seed.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 #[test]
 fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
     let dir = tempfile::tempdir().unwrap();
@@ -68,39 +57,7 @@ fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
     // Killed with SIGKILL after a random number (0-2) of committed batches, again and again.
     let killed = dir.path().join("killed");
     let p = kafka_pipeline(&killed, &broker.brokers(), "orders", 4_000, "mode = \"available-now\"");
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
-    eprintln!("kill schedule seed: {seed}");
-    let mut rng = Rng(seed);
-    let mut kills = 0;
-    loop {
-        let mut child = spawn_run(&p);
-        let wait_for = rng.below(3);
-        let (mut batches, mut was_killed, mut log) = (0, false, String::new());
-        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = line.unwrap();
-            if line.starts_with('{') {
-                batches += 1;
-            } else {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            if batches >= wait_for && kills < 25 {
-                child.kill().unwrap();
-                was_killed = true;
-                break;
-            }
-        }
-        let status = child.wait().unwrap();
-        if was_killed && !status.success() {
-            kills += 1;
-            continue;
-        }
-        assert!(status.success(), "weir run failed: {status}\n{log}");
-        if !was_killed || batches == 0 {
-            break;
-        }
-    }
-    eprintln!("{kills} kills");
+    let kills = kill_repeatedly(&p, 25);
     assert!(kills >= 20, "only {kills} kills landed");
     let rows = sink_rows(&killed.join("windows"));
     assert_eq!(windows_of(&rows), want, "no window lost, none duplicated");

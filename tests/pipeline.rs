@@ -327,23 +327,9 @@ fn a_component_built_for_another_wit_version_is_refused_by_name() {
 #[test]
 fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let all = orders(dir.path(), 20_000, 12);
-    let text = std::fs::read_to_string(&all).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let (first, second) = lines.split_at(10_000);
-    let events = dir.path().join("orders.jsonl");
-    std::fs::write(&events, first.join("\n") + "\n").unwrap();
-    let windows = dir.path().join("w");
-    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("cp").display());
-    let p = pipeline(
-        dir.path(),
-        Spec { window: TUMBLING, watermark: "flush_at_end = false", extra: &extra, ..Default::default() },
-    );
-    ok(weir().arg("run").arg(&p).output().unwrap());
-
-    // More input arrives; the pipeline restarts with the version-2 build of its aggregator.
-    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
-    std::io::Write::write_all(&mut f, (second.join("\n") + "\n").as_bytes()).unwrap();
+    // More input has arrived since the first run; the pipeline restarts with the version-2
+    // build of its aggregator.
+    let HalfRun { pipeline: p, events, windows } = half_run(dir.path(), 20_000, 12);
     let swap = |text: &str, from: &str, to: &str| {
         text.replace(&component(from).display().to_string(), &component(to).display().to_string())
     };
@@ -367,6 +353,6 @@ fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     // The version-2 build finishes the input: every window as if one build had run throughout.
     std::fs::write(&p, v2.replace("flush_at_end = false", "")).unwrap();
     ok(weir().arg("run").arg(&p).output().unwrap());
-    let (kept, _) = kept_orders(&all);
+    let (kept, _) = kept_orders(&events);
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }

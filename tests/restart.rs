@@ -1,27 +1,11 @@
 //! Exactly-once under crashes: `weir run` is killed with SIGKILL again and again at random
 //! moments and restarted; its sink output and side outputs must equal an uninterrupted run's.
 //!
-//! Kills synchronise on the run's own progress (a JSON line per committed batch on stderr): the
-//! test waits for a random number of batches (zero included, which kills during start-up) and
-//! kills at once, while the next batch is in flight at whatever step it has reached.
+//! How the kills are timed: `common::kill_repeatedly`.
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
-
 use common::*;
-
-/// xorshift: the kill schedule is reproducible from the printed seed.
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 #[test]
 fn output_is_identical_after_repeated_kill_9() {
@@ -41,48 +25,7 @@ fn output_is_identical_after_repeated_kill_9() {
     std::fs::write(&p, text).unwrap();
     let expected = weir_test(&p, &events);
 
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
-    eprintln!("kill schedule seed: {seed}");
-    let mut rng = Rng(seed);
-    let mut kills = 0;
-    loop {
-        let mut child = weir()
-            .arg("run")
-            .arg(&p)
-            .arg("--progress-json")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let wait_for = rng.below(3);
-        let mut batches = 0;
-        let mut killed = false;
-        let mut log = String::new();
-        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-            let line = line.unwrap();
-            if line.starts_with('{') {
-                batches += 1;
-            } else {
-                log.push_str(&line);
-                log.push('\n');
-            }
-            if batches >= wait_for && kills < 60 {
-                child.kill().unwrap();
-                killed = true;
-                break;
-            }
-        }
-        let status = child.wait().unwrap();
-        if killed && !status.success() {
-            kills += 1;
-            continue;
-        }
-        assert!(status.success(), "weir run failed: {status}\n{log}");
-        if !killed || batches == 0 {
-            break;
-        }
-    }
-    eprintln!("{kills} kills");
+    let kills = kill_repeatedly(&p, 60);
     assert!(kills >= 20, "only {kills} kills landed");
 
     let rows = sink_rows(&windows);

@@ -175,20 +175,7 @@ fn a_fuel_budget_stops_a_loop_deterministically_and_good_records_fit_in_it() {
 #[test]
 fn accumulators_that_do_not_decode_stop_the_pipeline_and_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let all = orders(dir.path(), 20_000, 4);
-    let text = std::fs::read_to_string(&all).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    let events = dir.path().join("orders.jsonl");
-    std::fs::write(&events, lines[..10_000].join("\n") + "\n").unwrap();
-    let windows = dir.path().join("w");
-    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("cp").display());
-    let p = pipeline(
-        dir.path(),
-        Spec { window: TUMBLING, watermark: "flush_at_end = false", extra: &extra, ..Default::default() },
-    );
-    ok(weir().arg("run").arg(&p).output().unwrap());
-    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
-    std::io::Write::write_all(&mut f, (lines[10_000..].join("\n") + "\n").as_bytes()).unwrap();
+    let HalfRun { pipeline: p, events, windows } = half_run(dir.path(), 20_000, 4);
 
     let good = std::fs::read_to_string(&p).unwrap().replace("flush_at_end = false", "");
     let (rate, hostile) = (component("error_rate").display().to_string(), component("hostile").display().to_string());
@@ -200,7 +187,7 @@ fn accumulators_that_do_not_decode_stop_the_pipeline_and_lose_nothing() {
 
     std::fs::write(&p, good).unwrap();
     ok(weir().arg("run").arg(&p).output().unwrap());
-    let (kept, _) = kept_orders(&all);
+    let (kept, _) = kept_orders(&events);
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }
 

@@ -217,3 +217,94 @@ pub fn sink_rows(dir: &Path) -> Vec<serde_json::Value> {
     }
     rows
 }
+
+/// xorshift: a kill schedule is reproducible from its printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// Runs `weir run PIPELINE` to completion, killing it with SIGKILL up to `max_kills` times and
+/// restarting it each time; returns how many kills landed.
+///
+/// Kills synchronise on the run's own progress (a JSON line per committed batch on stderr): each
+/// incarnation is killed after a random number of batches (zero included, which kills during
+/// start-up), at once, while the next batch is in flight at whatever step it has reached.
+pub fn kill_repeatedly(pipeline: &Path, max_kills: usize) -> usize {
+    use std::io::{BufRead, BufReader};
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("kill schedule seed: {seed}");
+    let mut rng = Rng(seed);
+    let mut kills = 0;
+    loop {
+        let mut child = weir()
+            .arg("run")
+            .arg(pipeline)
+            .arg("--progress-json")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let wait_for = rng.below(3);
+        let (mut batches, mut killed, mut log) = (0, false, String::new());
+        for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+            let line = line.unwrap();
+            if line.starts_with('{') {
+                batches += 1;
+            } else {
+                log.push_str(&line);
+                log.push('\n');
+            }
+            if batches >= wait_for && kills < max_kills {
+                child.kill().unwrap();
+                killed = true;
+                break;
+            }
+        }
+        let status = child.wait().unwrap();
+        if killed && !status.success() {
+            kills += 1;
+            continue;
+        }
+        assert!(status.success(), "weir run failed: {status}\n{log}");
+        if !killed || batches == 0 {
+            eprintln!("{kills} kills");
+            return kills;
+        }
+    }
+}
+
+/// A windowed orders pipeline with a checkpoint, already run over the first half of `n` orders
+/// without flushing (so windows are open in its state); the second half has since been
+/// appended to its input. What a restart with another plugin build continues from.
+pub struct HalfRun {
+    /// The pipeline file (replay of `orders.jsonl`, file sink into `windows`).
+    pub pipeline: PathBuf,
+    /// All `n` orders: the input once the second half is appended.
+    pub events: PathBuf,
+    pub windows: PathBuf,
+}
+
+pub fn half_run(dir: &Path, n: u64, seed: u64) -> HalfRun {
+    let events = orders(dir, n, seed);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let (first, second) = lines.split_at(lines.len() / 2);
+    std::fs::write(&events, first.join("\n") + "\n").unwrap();
+    let windows = dir.join("w");
+    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.join("cp").display());
+    let pipeline = pipeline(
+        dir,
+        Spec { window: TUMBLING, watermark: "flush_at_end = false", extra: &extra, ..Default::default() },
+    );
+    ok(weir().arg("run").arg(&pipeline).output().unwrap());
+    let mut f = std::fs::OpenOptions::new().append(true).open(&events).unwrap();
+    std::io::Write::write_all(&mut f, (second.join("\n") + "\n").as_bytes()).unwrap();
+    HalfRun { pipeline, events, windows }
+}

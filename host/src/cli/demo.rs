@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use rdkafka::ClientConfig;
@@ -133,15 +133,12 @@ fn produce(brokers: &str, rate: u64, events: Option<u64>, stop: &AtomicBool, pro
         .create()
         .context("cannot create the demo producer")?;
     let mut orders = OrderStream::new(events.unwrap_or(u64::MAX), 7);
-    let started = Instant::now();
+    let pacer = super::Pacer::new(rate);
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
-        // Pace: the n-th order is due at n / rate seconds.
-        let due = Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
-        let elapsed = started.elapsed();
-        if due > elapsed {
+        if let Some(wait) = pacer.ahead(n) {
             producer.poll(Duration::ZERO);
-            std::thread::sleep((due - elapsed).min(Duration::from_millis(10)));
+            std::thread::sleep(wait.min(Duration::from_millis(10)));
             continue;
         }
         let Some(line) = orders.next_line() else { break };

@@ -105,14 +105,12 @@ fn produce(brokers: &str, topic: &str, rate: u64, duration: Duration, stop: &Ato
         .create()
         .context("cannot create the producer")?;
     let mut orders = OrderStream::new(u64::MAX, 11);
-    let started = Instant::now();
+    let pacer = super::Pacer::new(rate);
     let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) && started.elapsed() < duration {
-        let due = Duration::from_secs_f64(n as f64 / rate.max(1) as f64);
-        let elapsed = started.elapsed();
-        if due > elapsed {
+    while !stop.load(Ordering::Relaxed) && pacer.elapsed() < duration {
+        if let Some(wait) = pacer.ahead(n) {
             producer.poll(Duration::ZERO);
-            std::thread::sleep((due - elapsed).min(Duration::from_micros(500)));
+            std::thread::sleep(wait.min(Duration::from_micros(500)));
             continue;
         }
         let Some(line) = orders.next_line() else { break };
