@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::*;
 
-const ATTACKS: [&str; 10] = ["loop", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];
+const ATTACKS: [&str; 11] = ["loop", "sleep", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];
 
 /// Orders with one line per attack spliced in; returns the file and the attack lines' 1-based
 /// line numbers, by attack.
@@ -72,10 +72,13 @@ fn every_attack_is_contained_and_named_and_no_other_record_is_lost() {
     assert_eq!(probe("clock_ms")["clock_ms"], 0, "clocks are frozen at the epoch unless granted");
     assert_eq!(probe("env")["env"], serde_json::json!([]), "no environment unless granted");
     assert!(listener.accept().is_err(), "the plugin must not have connected");
+    assert!(rows.iter().all(|r| r.get("slept").is_none()), "the sleep must have been cut short");
 
     let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     let expect = [
         ("loop", "limits.call_timeout"),
+        // Asleep in the host, out of epoch interruption's reach: the wait itself is bounded.
+        ("sleep", "waiting in the host (limits.call_timeout)"),
         ("memory", "limits.max_memory_mb"),
         // Rust's shadow stack lives in linear memory: running off it is an out-of-bounds
         // access; a deep enough wasm call stack is "call stack exhausted". Either traps.
@@ -90,7 +93,7 @@ fn every_attack_is_contained_and_named_and_no_other_record_is_lost() {
         let d = dead.iter().find(|d| d["line"] == line).unwrap_or_else(|| panic!("no dead letter for {attack}"));
         let error = d["error"].as_str().unwrap();
         assert!(error.contains(says), "{attack}: {error}");
-        if ["loop", "memory", "recursion", "panic", "output"].contains(&attack) {
+        if ["loop", "sleep", "memory", "recursion", "panic", "output"].contains(&attack) {
             assert_eq!(d["kind"], "plugin-failure", "{attack}: {d}");
             assert!(error.contains("hostile/parse (hostile.wasm)"), "{attack} names the stage and plugin: {error}");
         }

@@ -18,6 +18,7 @@ mod cache;
 pub mod metrics;
 mod roles;
 mod sandbox;
+mod waits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -105,6 +106,7 @@ impl Runtime {
             .map_err(|e| PluginError::Engine(e.to_string()))?;
         bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| PluginError::Engine(e.to_string()))?;
+        waits::bound_waits(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
 
         let ticker = Arc::new(AtomicBool::new(true));
         let (e, alive) = (engine.clone(), ticker.clone());

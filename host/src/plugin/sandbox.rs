@@ -210,6 +210,14 @@ pub(crate) struct HostState {
     memory: MemoryCap,
     stderr: MemoryOutputPipe,
     spec: Arc<StageSpec>,
+    /// When the current call must end; waits in host calls end there too ([`super::waits`]).
+    deadline: Instant,
+}
+
+impl HostState {
+    pub(crate) fn waiting(&mut self) -> (Instant, &mut ResourceTable) {
+        (self.deadline, &mut self.table)
+    }
 }
 
 impl WasiView for HostState {
@@ -409,6 +417,7 @@ impl<R: Role> Sandbox<R> {
             memory: MemoryCap { max: spec.limits.max_memory, refused: false, metrics: self.metrics.clone() },
             stderr,
             spec: spec.clone(),
+            deadline: Instant::now() + spec.limits.call_timeout,
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
@@ -462,6 +471,7 @@ impl<R: Role> Sandbox<R> {
         let m = self.metrics.clone();
         let (store, guest) = self.instance()?;
         store.set_epoch_deadline(ticks);
+        store.data_mut().deadline = Instant::now() + store.data().spec.limits.call_timeout;
         if let Some(fuel) = fuel {
             store.set_fuel(fuel).map_err(|e| PluginError::Engine(e.to_string()))?;
         }
@@ -501,7 +511,12 @@ fn labels(spec: &StageSpec) -> StageLabels {
 /// A trap, said as the limit it hit where it hit one, with the plugin's last stderr lines.
 fn describe(e: &wasmtime::Error, store: &Store<HostState>) -> String {
     let state = store.data();
+    let waited = e.downcast_ref::<super::waits::WaitPastDeadline>().is_some();
     let mut msg = match e.downcast_ref::<wasmtime::Trap>() {
+        _ if waited => format!(
+            "call exceeded its deadline of {:?} waiting in the host (limits.call_timeout)",
+            state.spec.limits.call_timeout
+        ),
         Some(wasmtime::Trap::Interrupt) => {
             format!("call exceeded its deadline of {:?} (limits.call_timeout)", state.spec.limits.call_timeout)
         }

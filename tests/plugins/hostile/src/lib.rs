@@ -3,6 +3,8 @@
 //! each attack is contained, named in the dead letters, and costs no other record.
 //!
 //! - `loop`: never returns (the call deadline must stop it);
+//! - `sleep`: sleeps for a minute in the host (`wasi:clocks` + `wasi:io/poll`), where epoch
+//!   interruption cannot reach it; then emits `{"slept": true}`;
 //! - `memory`: allocates until refused (the memory cap);
 //! - `recursion`: recurses until the stack runs out;
 //! - `panic`: panics;
@@ -12,8 +14,10 @@
 //! - `leak`: keeps 1 MiB forever in a static, then parses as an order (instance recycling);
 //! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check.
 //!
-//! It is also an aggregator that claims the same state version as `plugins/error-rate` but
-//! cannot read its accumulators: state that does not decode.
+//! It is also an aggregator that counts events, and attacks on the events that ask it to:
+//! `{"aggregate": "loop" | "panic", "order_ts": ...}` (the parser passes those through). It
+//! claims the same state version as `plugins/error-rate` but cannot read its accumulators:
+//! state that does not decode.
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -58,6 +62,10 @@ impl Parser for Hostile {
                 loop {
                     n = black_box(n.wrapping_add(1));
                 }
+            }
+            "sleep" => {
+                std::thread::sleep(std::time::Duration::from_secs(60));
+                out.emit(0, None, &serde_json::json!({ "slept": true }))
             }
             "leak" => {
                 if let Ok(mut l) = LEAKED.lock() {
@@ -113,7 +121,14 @@ impl Aggregator for Hostile {
     fn new(_: &Config) -> Result<Self, PluginError> {
         Ok(Hostile)
     }
-    fn add(&self, acc: &mut Strange, _: &Event<'_>) -> Result<(), PluginError> {
+    fn add(&self, acc: &mut Strange, event: &Event<'_>) -> Result<(), PluginError> {
+        match event.field_str("aggregate").ok().flatten().as_deref() {
+            Some("loop") => loop {
+                acc.only_mine = black_box(acc.only_mine.wrapping_add(1));
+            },
+            Some("panic") => panic!("hostile event asked for a panic"),
+            _ => {}
+        }
         acc.only_mine += 1;
         Ok(())
     }

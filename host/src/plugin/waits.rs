@@ -1,0 +1,115 @@
+//! Waits inside host calls end at the plugin call's deadline.
+//!
+//! Epoch interruption stops a plugin only while it runs Wasm code. A plugin that waits inside
+//! the host instead (`std::thread::sleep`, which needs no grant; a read from a granted socket
+//! or HTTP response that never comes) would hold its pipeline for as long as it likes. Every
+//! such wait in WASI 0.2 goes through `wasi:io/poll` or a `blocking-*` stream method, so these
+//! are shadowed in the linker by the same functions run under a timeout: when the call's
+//! deadline passes, the wait ends in a trap that is reported as the deadline it is.
+
+use std::future::Future;
+use std::time::Instant;
+
+use wasmtime::StoreContextMut;
+use wasmtime::component::{Linker, Resource, ResourceTable};
+use wasmtime_wasi_io::bindings::wasi::io::{poll, streams};
+use wasmtime_wasi_io::poll::DynPollable;
+use wasmtime_wasi_io::streams::{DynInputStream, DynOutputStream, StreamResult};
+
+use super::sandbox::HostState;
+
+/// The version `wasmtime_wasi` registers `wasi:io` under; plugins built against any older
+/// 0.2.x resolve to it.
+const WASI_IO: &str = "0.2.12";
+
+/// A wait the call's deadline cut short. It travels as the trap's error, so that `describe`
+/// reports it as `limits.call_timeout`.
+#[derive(Debug, thiserror::Error)]
+#[error("the call's deadline passed while the plugin waited in the host")]
+pub(crate) struct WaitPastDeadline;
+
+/// Replaces the waiting functions `wasmtime_wasi` added to `linker` with deadline-bound ones.
+pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
+    linker.allow_shadowing(true);
+    let mut p = linker.instance(&format!("wasi:io/poll@{WASI_IO}"))?;
+    p.func_wrap("poll", |mut cx: StoreContextMut<'_, HostState>, (list,): (Vec<Resource<DynPollable>>,)| {
+        let (deadline, table) = cx.data_mut().waiting();
+        Ok((until(deadline, poll::Host::poll(table, list))??,))
+    })?;
+    p.func_wrap("[method]pollable.block", |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynPollable>,)| {
+        let (deadline, table) = cx.data_mut().waiting();
+        until(deadline, poll::HostPollable::block(table, it))?
+    })?;
+
+    let mut s = linker.instance(&format!("wasi:io/streams@{WASI_IO}"))?;
+    s.func_wrap(
+        "[method]input-stream.blocking-read",
+        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynInputStream>, u64)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostInputStream::blocking_read(table, it, len))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    s.func_wrap(
+        "[method]input-stream.blocking-skip",
+        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynInputStream>, u64)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostInputStream::blocking_skip(table, it, len))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    s.func_wrap(
+        "[method]output-stream.blocking-write-and-flush",
+        |mut cx: StoreContextMut<'_, HostState>, (it, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostOutputStream::blocking_write_and_flush(table, it, bytes))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    s.func_wrap(
+        "[method]output-stream.blocking-write-zeroes-and-flush",
+        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynOutputStream>, u64)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostOutputStream::blocking_write_zeroes_and_flush(table, it, len))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    s.func_wrap(
+        "[method]output-stream.blocking-flush",
+        |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynOutputStream>,)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostOutputStream::blocking_flush(table, it))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    s.func_wrap(
+        "[method]output-stream.blocking-splice",
+        |mut cx: StoreContextMut<'_, HostState>,
+         (it, from, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            let r = until(deadline, streams::HostOutputStream::blocking_splice(table, it, from, len))?;
+            Ok((stream_result(table, r)?,))
+        },
+    )?;
+    linker.allow_shadowing(false);
+    Ok(())
+}
+
+/// Runs `wait` as `wasmtime_wasi` would (on its Tokio runtime), ending it at `deadline`.
+fn until<T>(deadline: Instant, wait: impl Future<Output = T>) -> wasmtime::Result<T> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    wasmtime_wasi::runtime::in_tokio(async { tokio::time::timeout(left, wait).await })
+        .map_err(|_| wasmtime::Error::new(WaitPastDeadline))
+}
+
+/// A stream operation's result in the shape the guest receives: its error as a WIT
+/// `stream-error`, or a trap.
+fn stream_result<T>(
+    table: &mut ResourceTable,
+    r: StreamResult<T>,
+) -> wasmtime::Result<Result<T, streams::StreamError>> {
+    match r {
+        Ok(v) => Ok(Ok(v)),
+        Err(e) => Ok(Err(streams::Host::convert_stream_error(table, e)?)),
+    }
+}
