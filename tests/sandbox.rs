@@ -1,16 +1,18 @@
-//! Hostile plugins are contained: a parser (`tests/plugins/hostile`) that attacks its sandbox on
-//! the records that ask it to, mixed into ordinary orders. Every attack must end as a dead
-//! letter naming the stage, the plugin and the limit, and every other record must come through,
-//! in order, once.
+//! Hostile plugins are contained: a parser and aggregator (`tests/plugins/hostile`) that attack
+//! their sandbox on the records and events that ask them to, mixed into ordinary orders. Every
+//! attack must end as a dead letter naming the stage, the plugin and the limit, and every other
+//! record must come through (or be counted), in order, once.
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::Path;
 
 use common::*;
 
-const ATTACKS: [&str; 11] = ["loop", "sleep", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];
+const ATTACKS: [&str; 11] =
+    ["loop", "sleep", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];
 
 /// Orders with one line per attack spliced in; returns the file and the attack lines' 1-based
 /// line numbers, by attack.
@@ -170,6 +172,79 @@ fn a_fuel_budget_stops_a_loop_deterministically_and_good_records_fit_in_it() {
     let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["error"].as_str().unwrap().contains("limits.fuel"), "{}", dead[0]);
+}
+
+/// Events that make the aggregator fail (a loop, panics) are isolated like poison records: each
+/// is a dead letter of the `aggregate` stage, and every other event is counted exactly once, in
+/// tumbling windows (one `accumulate` per batch) and in sessions (stored sessions deleted and
+/// rewritten inside the failing call, which must leave no trace).
+#[test]
+fn events_the_aggregator_fails_on_are_dead_letters_and_the_windows_count_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = orders(dir.path(), 4_000, 23);
+    let lines: Vec<String> = std::fs::read_to_string(&clean).unwrap().lines().map(String::from).collect();
+    let (mut out, mut poison, mut max) = (Vec::new(), Vec::new(), i64::MIN);
+    for (i, line) in lines.iter().enumerate() {
+        max = max.max(serde_json::from_str::<serde_json::Value>(line).unwrap()["order_ts"].as_i64().unwrap());
+        if i % 900 == 450 {
+            // At the running maximum: never late, and it moves no watermark.
+            let attack = if i == 450 { "loop" } else { "panic" };
+            out.push(format!("{{\"aggregate\":\"{attack}\",\"order_ts\":{max}}}"));
+            poison.push((out.len() as u64, attack));
+        }
+        out.push(line.clone());
+    }
+    let events = dir.path().join("poisoned.jsonl");
+    std::fs::write(&events, out.join("\n") + "\n").unwrap();
+    let (kept, _) = kept_orders(&clean);
+
+    for (window, reference) in [
+        (TUMBLING.to_string(), sliding_reference(&kept, 60_000, 60_000)),
+        ("type = \"session\"\ngap = \"5 minutes\"".to_string(), session_reference_unkeyed(&kept, 300_000)),
+    ] {
+        let extra = "limits = { call_timeout = \"300ms\" }\n[failure]\nretries = 0";
+        let p = pipeline(dir.path(), Spec { window: &window, extra, ..Default::default() });
+        let text = std::fs::read_to_string(&p).unwrap();
+        let text =
+            text.replace(&component("orders_json").display().to_string(), &component("hostile").display().to_string());
+        std::fs::write(
+            &p,
+            text.replace(&component("error_rate").display().to_string(), &component("hostile").display().to_string()),
+        )
+        .unwrap();
+        let dl = dir.path().join("dead.jsonl");
+        let _ = std::fs::remove_file(&dl);
+        let run = weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output();
+        let rows = json_lines(&String::from_utf8(ok(run.unwrap()).stdout).unwrap());
+
+        let counted: BTreeMap<(i64, i64), u64> = rows
+            .iter()
+            .map(|r| {
+                (
+                    (r["window_start"].as_i64().unwrap(), r["window_end"].as_i64().unwrap()),
+                    r["only_mine"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let want: BTreeMap<(i64, i64), u64> = reference.iter().map(|((s, e, _), (n, _))| ((*s, *e), *n)).collect();
+        assert_eq!(counted, want, "{window}");
+
+        let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
+        assert_eq!(dead.len(), poison.len(), "only the poison events are dead letters: {dead:#?}");
+        for (d, (line, attack)) in dead.iter().zip(&poison) {
+            let error = d["error"].as_str().unwrap();
+            assert_eq!((d["line"].as_u64(), d["stage"].as_str()), (Some(*line), Some("aggregate")), "{d}");
+            assert!(error.contains("test/aggregate (hostile.wasm)"), "{error}");
+            let says = if *attack == "loop" { "limits.call_timeout" } else { "hostile event asked for a panic" };
+            assert!(error.contains(says), "{attack}: {error}");
+        }
+    }
+}
+
+/// Sessions over every order as one key (the hostile parser emits no key).
+fn session_reference_unkeyed(kept: &[Order], gap: i64) -> Windows {
+    let all: Vec<Order> = kept.iter().map(|o| Order { ts: o.ts, user: 0, error: o.error }).collect();
+    session_reference(&all, gap).into_iter().map(|((s, e, _), v)| ((s, e, String::new()), v)).collect()
 }
 
 /// An aggregator handed accumulator bytes it cannot decode (another plugin's, under the same

@@ -57,9 +57,12 @@ pub trait WindowOperator {
         state: &mut StateStore,
     ) -> Result<Vec<WindowAcc>, AggregateError>;
 
-    /// Forgets what a failed `process` noted, so that it can run again from the state as it
-    /// was (the caller discards the state's staged changes).
-    fn abandon(&mut self);
+    /// Where the operator's notes on this batch stand, to [`WindowOperator::rollback`] to.
+    fn mark(&self) -> usize;
+
+    /// Forgets what `process` noted since `mark`: the call failed, and the caller rolls the
+    /// state's staged changes back to the same point.
+    fn rollback(&mut self, mark: usize);
 }
 
 pub fn operator(spec: WindowSpec, allowed_lateness: i64) -> Box<dyn WindowOperator> {
@@ -136,8 +139,12 @@ fn split_pane_key(k: &[u8]) -> (i64, &[u8]) {
 }
 
 impl WindowOperator for PaneOperator {
-    fn abandon(&mut self) {
-        self.changed.clear();
+    fn mark(&self) -> usize {
+        self.changed.len()
+    }
+
+    fn rollback(&mut self, mark: usize) {
+        self.changed.truncate(mark);
     }
 
     fn process(
@@ -328,8 +335,12 @@ struct Session {
 }
 
 impl WindowOperator for SessionOperator {
-    fn abandon(&mut self) {
-        self.changed.clear();
+    fn mark(&self) -> usize {
+        self.changed.len()
+    }
+
+    fn rollback(&mut self, mark: usize) {
+        self.changed.truncate(mark);
     }
 
     fn process(

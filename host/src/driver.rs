@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::aggregate::{AggregateError, WindowOperator};
 use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, now_ms};
 use crate::emit::EmitError;
-use crate::isolate::{isolate, slice_events, slice_records};
+use crate::isolate::{isolate, sleep_unless, slice_events, slice_records};
 use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
 use crate::plugin::metrics::Snapshot;
 use crate::plugin::{Aggregator, EventBatch, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
@@ -246,18 +246,6 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     }
     let watermark = run.window.as_ref().map(|w| w.watermark.current());
     Ok(progress.finish(started.elapsed(), watermark, run.plugin_metrics()))
-}
-
-/// Sleeps for `d` unless `stop` is raised first.
-fn sleep_unless(stop: &AtomicBool, d: Duration) {
-    let until = Instant::now() + d;
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        if now >= until {
-            break;
-        }
-        std::thread::sleep((until - now).min(Duration::from_millis(50)));
-    }
 }
 
 impl Run {
@@ -503,31 +491,28 @@ impl Run {
         report.events = events.times.len();
 
         let mut rows = Rows::default();
+        let mut aggregate_failures = Vec::new();
         if let Some(w) = self.window.as_mut() {
             let t = Instant::now();
             let in_force = w.watermark.current();
-            // A failed call is retried from the state as it was before the batch; past the
-            // retries the pipeline stops (events cannot be set aside from a window the way
-            // records are from a parser: the accumulator they went into is one value).
-            let mut backoff = self.failure.backoff;
-            let mut attempt = 0;
-            let late = loop {
-                match w.op.process(&events, in_force, &mut w.agg, &mut self.state) {
-                    Err(AggregateError::Plugin(e))
-                        if crate::isolate::isolatable(&e)
-                            && attempt < self.failure.retries
-                            && !self.stop.load(Ordering::Relaxed) =>
-                    {
-                        tracing::warn!("{e}; accumulating batch {batch_id} again in {backoff:?}");
-                        w.op.abandon();
-                        self.state.discard();
-                        sleep_unless(&self.stop, backoff);
-                        backoff *= 2;
-                        attempt += 1;
-                    }
-                    other => break other?,
+            // Under the failure policy, like parse and transform: a failed call leaves no trace
+            // (its staged state changes are rolled back), so the parts that went through add up
+            // to the batch without the events that failed alone.
+            let (op, agg, state) = (&mut w.op, &mut w.agg, &mut self.state);
+            let (late, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
+                let mark = (state.savepoint(), op.mark());
+                let result = if r.len() == events.times.len() {
+                    op.process(&events, in_force, agg, state)
+                } else {
+                    op.process(&slice_events(&events, r), in_force, agg, state)
+                };
+                if result.is_err() {
+                    state.rollback(mark.0);
+                    op.rollback(mark.1);
                 }
-            };
+                result
+            })?;
+            aggregate_failures = failed;
             report.late_events = late.len();
             if let Some(side) = self.late.as_mut() {
                 for &i in &late {
@@ -573,6 +558,8 @@ impl Run {
         } else {
             rows = Rows { rows: events.rows, row_ends: events.row_ends };
         }
+        report.dead_letters +=
+            self.plugin_failures(batch_id, "aggregate", batch, aggregate_failures, Some(&events.origins))?;
         report.rows_out = rows.row_ends.len();
         report.state_keys = self.state.estimated_keys();
         report.durations = d;
@@ -599,7 +586,7 @@ impl Run {
         batch_id: u64,
         stage: &str,
         batch: &SourceBatch,
-        failed: Vec<(usize, PluginError)>,
+        failed: crate::isolate::Isolated<impl std::fmt::Display>,
         origins: Option<&[u32]>,
     ) -> Result<usize, RunError> {
         let failed = failed.into_iter().map(|(i, e)| (i, "plugin-failure", e.to_string()));

@@ -1,23 +1,26 @@
-//! The failure policy for the record-by-record stages (parse, transform): when a plugin call
-//! traps, runs past its deadline, or breaks a limit, the batch is retried with backoff (the
-//! failure may be passing: a loaded machine, a deadline missed once); if it keeps failing, the
-//! batch is cut in halves, and halves of halves, until the records that fail on their own are
-//! found. Those go to the dead-letter output with the error; every other record goes on, in its
-//! order. With the fail-fast policy the pipeline stops at the first failure instead.
+//! The failure policy for every stage that works on records or events (parse, transform,
+//! aggregate): when a plugin call traps, runs past its deadline, or breaks a limit, the batch is
+//! retried with backoff (the failure may be passing: a loaded machine, a deadline missed once);
+//! if it keeps failing, the batch is cut in halves, and halves of halves, until the items that
+//! fail on their own are found. Those go to the dead-letter output with the error; every other
+//! item goes on, in its order. With the fail-fast policy the pipeline stops at the first
+//! failure instead.
 //!
-//! A poison record costs about log2(batch) failed calls, each bounded by the stage's limits; a
-//! batch of good records costs one call, as before.
+//! A poison item costs about log2(batch) failed calls, each bounded by the stage's limits; a
+//! batch of good items costs one call, as before. The caller's `call` must leave no trace when
+//! it fails (the aggregate stage rolls its state back), so that the halves add up to the whole.
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::aggregate::AggregateError;
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
 
 /// A failure the input may have caused, which retrying or isolating can get past. Anything else
-/// (a component that cannot be instantiated, a plugin that says its configuration is wrong)
-/// stops the pipeline.
+/// (a component that cannot be instantiated, a plugin that says its configuration is wrong or
+/// that it cannot read its state) stops the pipeline.
 pub fn isolatable(e: &PluginError) -> bool {
     matches!(
         e,
@@ -28,20 +31,90 @@ pub fn isolatable(e: &PluginError) -> bool {
     )
 }
 
+/// An error of a stage `isolate` can work on.
+pub trait StageFailure: std::fmt::Display {
+    fn isolatable(&self) -> bool;
+    /// The error for a run stopped (by SIGTERM) in the middle of isolating after `self`.
+    fn stopped(&self) -> Self;
+}
+
+impl StageFailure for PluginError {
+    fn isolatable(&self) -> bool {
+        isolatable(self)
+    }
+    fn stopped(&self) -> Self {
+        PluginError::Stopped { stage: self.stage().to_string() }
+    }
+}
+
+impl StageFailure for AggregateError {
+    fn isolatable(&self) -> bool {
+        matches!(self, AggregateError::Plugin(e) if isolatable(e))
+    }
+    fn stopped(&self) -> Self {
+        let stage = match self {
+            AggregateError::Plugin(e) => e.stage().to_string(),
+            _ => String::new(),
+        };
+        AggregateError::Plugin(PluginError::Stopped { stage })
+    }
+}
+
+/// What a stage returns for a range of items, and how the parts join up.
+pub trait StageOutput {
+    fn empty() -> Self;
+    /// Appends `o`, whose item indices count from `offset`.
+    fn append(&mut self, o: Self, offset: u32);
+}
+
+/// Parse and transform: events and record errors.
+impl StageOutput for BatchOutput {
+    fn empty() -> Self {
+        BatchOutput { events: EventBatch::default(), errors: Vec::new() }
+    }
+    fn append(&mut self, o: Self, offset: u32) {
+        let (d, s) = (&mut self.events, o.events);
+        let (rows, keys) = (d.rows.len() as u32, d.keys.len() as u32);
+        d.times.extend(s.times);
+        d.rows.extend(s.rows);
+        d.row_ends.extend(s.row_ends.iter().map(|e| e + rows));
+        d.keys.extend(s.keys);
+        d.key_ends.extend(s.key_ends.iter().map(|e| e + keys));
+        d.origins.extend(s.origins.iter().map(|o| o + offset));
+        self.errors.extend(o.errors.into_iter().map(|mut e| {
+            e.index += offset;
+            e
+        }));
+    }
+}
+
+/// Aggregate: the indices of late events.
+impl StageOutput for Vec<u32> {
+    fn empty() -> Self {
+        Vec::new()
+    }
+    fn append(&mut self, o: Self, offset: u32) {
+        self.extend(o.into_iter().map(|i| i + offset));
+    }
+}
+
+/// The items that failed on their own, with their errors.
+pub type Isolated<E> = Vec<(usize, E)>;
+
 /// Calls `call` over items `0..n` under `policy`; returns the output of the items that went
-/// through (indices relative to `0..n`) and the items that failed alone, with their errors.
-pub fn isolate(
+/// through (indices relative to `0..n`) and the items that failed alone.
+pub fn isolate<O: StageOutput, E: StageFailure>(
     n: usize,
     policy: &FailurePolicy,
     stop: &AtomicBool,
-    mut call: impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError>,
-) -> Result<(BatchOutput, Vec<(usize, PluginError)>), PluginError> {
+    mut call: impl FnMut(Range<usize>) -> Result<O, E>,
+) -> Result<(O, Isolated<E>), E> {
     let mut backoff = policy.backoff;
     let mut attempt = 0;
     let first = loop {
         match call(0..n) {
             Ok(out) => return Ok((out, Vec::new())),
-            Err(e) if isolatable(&e) && attempt < policy.retries && !stop.load(Ordering::Relaxed) => {
+            Err(e) if e.isolatable() && attempt < policy.retries && !stop.load(Ordering::Relaxed) => {
                 tracing::warn!("{e}; retrying the batch in {backoff:?}");
                 sleep_unless(stop, backoff);
                 backoff *= 2;
@@ -50,71 +123,51 @@ pub fn isolate(
             Err(e) => break e,
         }
     };
-    if policy.fail_fast || !isolatable(&first) {
+    if policy.fail_fast || !first.isolatable() {
         return Err(first);
     }
-    tracing::warn!("{first}; isolating the records that cause it");
-    let mut out = empty_output();
+    tracing::warn!("{first}; isolating the items that cause it");
+    let mut out = O::empty();
     let mut failed = Vec::new();
     if n == 1 {
         failed.push((0, first));
     } else {
-        bisect(first.stage(), stop, 0..n, &mut call, &mut out, &mut failed)?;
+        bisect(&first, stop, 0..n, &mut call, &mut out, &mut failed)?;
     }
     Ok((out, failed))
 }
 
-fn bisect(
-    stage: &str,
+fn bisect<O: StageOutput, E: StageFailure>(
+    first: &E,
     stop: &AtomicBool,
     range: Range<usize>,
-    call: &mut impl FnMut(Range<usize>) -> Result<BatchOutput, PluginError>,
-    out: &mut BatchOutput,
-    failed: &mut Vec<(usize, PluginError)>,
-) -> Result<(), PluginError> {
+    call: &mut impl FnMut(Range<usize>) -> Result<O, E>,
+    out: &mut O,
+    failed: &mut Isolated<E>,
+) -> Result<(), E> {
     let mid = range.start + range.len() / 2;
     for half in [range.start..mid, mid..range.end] {
         if half.is_empty() {
             continue;
         }
         if stop.load(Ordering::Relaxed) {
-            return Err(PluginError::Stopped { stage: stage.to_string() });
+            return Err(first.stopped());
         }
         match call(half.clone()) {
-            Ok(o) => append(out, o, half.start as u32),
-            Err(e) if !isolatable(&e) => return Err(e),
+            Ok(o) => out.append(o, half.start as u32),
+            Err(e) if !e.isolatable() => return Err(e),
             Err(e) if half.len() == 1 => failed.push((half.start, e)),
-            Err(_) => bisect(stage, stop, half, call, out, failed)?,
+            Err(_) => bisect(first, stop, half, call, out, failed)?,
         }
     }
     Ok(())
 }
 
-fn sleep_unless(stop: &AtomicBool, d: Duration) {
+pub(crate) fn sleep_unless(stop: &AtomicBool, d: Duration) {
     let until = Instant::now() + d;
     while !stop.load(Ordering::Relaxed) && Instant::now() < until {
         std::thread::sleep(Duration::from_millis(10).min(until - Instant::now()));
     }
-}
-
-fn empty_output() -> BatchOutput {
-    BatchOutput { events: EventBatch::default(), errors: Vec::new() }
-}
-
-/// Appends `o`, whose indices count from `offset`, to `out`.
-fn append(out: &mut BatchOutput, o: BatchOutput, offset: u32) {
-    let (d, s) = (&mut out.events, o.events);
-    let (rows, keys) = (d.rows.len() as u32, d.keys.len() as u32);
-    d.times.extend(s.times);
-    d.rows.extend(s.rows);
-    d.row_ends.extend(s.row_ends.iter().map(|e| e + rows));
-    d.keys.extend(s.keys);
-    d.key_ends.extend(s.key_ends.iter().map(|e| e + keys));
-    d.origins.extend(s.origins.iter().map(|o| o + offset));
-    out.errors.extend(o.errors.into_iter().map(|mut e| {
-        e.index += offset;
-        e
-    }));
 }
 
 /// Records `range` of a raw batch, as a batch of their own.
@@ -175,7 +228,7 @@ mod tests {
             if poison.iter().any(|p| r.contains(p)) {
                 return Err(PluginError::Trap { stage: "t".into(), message: format!("poison in {r:?}") });
             }
-            let mut out = empty_output();
+            let mut out = BatchOutput::empty();
             for (k, i) in r.clone().enumerate() {
                 out.events.times.push(i as i64);
                 out.events.origins.push(k as u32);

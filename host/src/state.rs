@@ -29,6 +29,9 @@ pub struct StateStore {
 
 const META: &[u8] = b"m";
 
+/// Staged changes as they were at some point in a batch.
+pub struct Savepoint(BTreeMap<Vec<u8>, Option<Vec<u8>>>);
+
 /// A key and its value.
 pub type Entry = (Vec<u8>, Vec<u8>);
 
@@ -59,9 +62,15 @@ impl StateStore {
         }
     }
 
-    /// Drops the changes staged since the last commit.
-    pub fn discard(&mut self) {
-        self.staged.clear();
+    /// The changes staged so far, to [`StateStore::rollback`] to if what comes next fails.
+    /// A copy: taken at a batch's start it is empty, and mid-batch only on the failure path.
+    pub fn savepoint(&self) -> Savepoint {
+        Savepoint(self.staged.clone())
+    }
+
+    /// Drops the changes staged since `savepoint`.
+    pub fn rollback(&mut self, savepoint: Savepoint) {
+        self.staged = savepoint.0;
     }
 
     pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {

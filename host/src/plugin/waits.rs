@@ -36,10 +36,13 @@ pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()
         let (deadline, table) = cx.data_mut().waiting();
         Ok((until(deadline, poll::Host::poll(table, list))??,))
     })?;
-    p.func_wrap("[method]pollable.block", |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynPollable>,)| {
-        let (deadline, table) = cx.data_mut().waiting();
-        until(deadline, poll::HostPollable::block(table, it))?
-    })?;
+    p.func_wrap(
+        "[method]pollable.block",
+        |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynPollable>,)| {
+            let (deadline, table) = cx.data_mut().waiting();
+            until(deadline, poll::HostPollable::block(table, it))?
+        },
+    )?;
 
     let mut s = linker.instance(&format!("wasi:io/streams@{WASI_IO}"))?;
     s.func_wrap(
