@@ -356,3 +356,53 @@ fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     let (kept, _) = kept_orders(&events);
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }
+
+/// Parsing a batch's chunks side by side (`parse.parallelism`) changes nothing: the windows of
+/// the reference, and every malformed record a dead letter at its own line, whichever chunk it
+/// fell in.
+#[test]
+fn parallel_parsing_gives_the_same_windows_and_dead_letters() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = orders(dir.path(), 60_000, 5);
+    let mut out = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in std::fs::read_to_string(&clean).unwrap().lines().enumerate() {
+        if i % 7_001 == 3_000 {
+            out.push(format!("not json {i}"));
+            bad.push(out.len() as u64);
+        }
+        out.push(line.to_string());
+    }
+    let events = dir.path().join("events.jsonl");
+    std::fs::write(&events, out.join("\n") + "\n").unwrap();
+    let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
+    let text = std::fs::read_to_string(&p).unwrap().replace("[parse]\n", "[parse]\nparallelism = 3\n");
+    std::fs::write(&p, text).unwrap();
+    let dl = dir.path().join("dl.jsonl");
+    let run = weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output();
+    let rows = json_lines(&String::from_utf8(ok(run.unwrap()).stdout).unwrap());
+    assert_eq!(windows_of(&rows), sliding_reference(&kept_orders(&clean).0, 60_000, 60_000));
+    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
+    assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), bad);
+}
+
+/// `weir bench`'s variants compute the same rows in the same order: the native baseline and the
+/// Wasm plugins, one parser and two, checkpoint synced or not.
+#[test]
+fn bench_variants_agree_row_for_row() {
+    let digest = |args: &[&str]| {
+        let out = ok(weir()
+            .current_dir(root())
+            .args(["bench", "plugins/orders-error-rate/pipeline.toml", "--events", "40000"])
+            .args(args)
+            .output()
+            .unwrap());
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(!text.contains(" 0 windows"), "{text}");
+        text.rsplit_once("rows digest ").unwrap_or_else(|| panic!("no digest in {text}")).1.trim().to_string()
+    };
+    let wasm = digest(&[]);
+    for variant in [&["--native"][..], &["--cores", "2"], &["--native", "--cores", "2"], &["--no-fsync"]] {
+        assert_eq!(digest(variant), wasm, "{variant:?}");
+    }
+}

@@ -603,7 +603,7 @@ mod tests {
         fn batch(&mut self, evs: &[(i64, &str)], new_wm: i64, mode: OutputMode) -> (Vec<u32>, Vec<Emitted>) {
             let late = self.op.process(&events(evs), self.wm, &mut Count, &mut self.state).unwrap();
             let out = self.op.emit(self.wm, new_wm, mode, &mut Count, &mut self.state).unwrap();
-            self.state.commit(b"m").unwrap();
+            self.state.commit(b"m", &mut crate::checkpoint::Syncs::default()).unwrap();
             self.wm = new_wm;
             let out = out.into_iter().map(|w| (w.start, w.end, String::from_utf8(w.key).unwrap(), n(&w.acc))).collect();
             (late, out)

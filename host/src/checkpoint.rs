@@ -12,8 +12,14 @@
 //! Recovery reads the state's record of the last committed batch B; if `offsets/B+1` exists, that
 //! batch was planned but never committed, and is re-run with the same range, id and idleness, so
 //! it yields the same rows, which the sink dedupes on the batch id. Each file is written to a
-//! temporary name, synced and renamed, so a crash leaves either the old file or the new one.
+//! temporary name and renamed, so a crash leaves either the old file or the new one.
 //! The logs keep the last [`RETAIN`] batches.
+//!
+//! Durability against a machine crash (fsync of a plan, of the state's write-ahead log) runs
+//! beside the work in [`Syncs`]: batch N's rows reach the sink only once its plan and the state
+//! of every batch before it are on disk. Until then nothing outside Weir has seen batch N, so a
+//! plan or state write that a power cut loses is one that nobody depended on. A `kill -9` loses
+//! neither: both are in the page cache the moment they are written.
 
 use std::fs;
 use std::io::Write;
@@ -34,6 +40,27 @@ pub const RETAIN: u64 = 100;
 pub struct CheckpointError {
     pub path: PathBuf,
     pub message: String,
+}
+
+/// Syncs running on threads of their own while the pipeline works on.
+#[derive(Default)]
+pub struct Syncs(Vec<(PathBuf, std::io::Result<std::thread::JoinHandle<std::io::Result<()>>>)>);
+
+impl Syncs {
+    /// Starts `sync` of `path` (named in its error). A thread that cannot start is an error at
+    /// [`Syncs::wait`].
+    pub fn spawn(&mut self, path: PathBuf, sync: impl FnOnce() -> std::io::Result<()> + Send + 'static) {
+        self.0.push((path, std::thread::Builder::new().name("weir-sync".into()).spawn(sync)));
+    }
+
+    /// Waits until everything started is on disk.
+    pub fn wait(&mut self) -> Result<(), CheckpointError> {
+        for (path, thread) in self.0.drain(..) {
+            let done = thread.and_then(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("sync panicked"))));
+            done.map_err(|e| CheckpointError { path, message: format!("cannot sync to disk: {e}") })?;
+        }
+        Ok(())
+    }
 }
 
 /// `metadata`: who owns this checkpoint.
@@ -85,13 +112,15 @@ pub struct StateMeta {
 
 pub struct CheckpointDir {
     dir: PathBuf,
+    /// Plans are synced before their batch's rows leave. Off only to measure what that costs.
+    fsync: bool,
 }
 
 impl CheckpointDir {
     /// Opens (creating if needed) the checkpoint at `dir` for `meta`'s pipeline; refuses one
     /// written by another pipeline or for another source or windowing.
     pub fn open(dir: &Path, meta: &Metadata) -> Result<Self, CheckpointError> {
-        let this = Self { dir: dir.to_path_buf() };
+        let this = Self { dir: dir.to_path_buf(), fsync: true };
         for sub in ["offsets", "commits"] {
             let d = dir.join(sub);
             fs::create_dir_all(&d).map_err(|e| io_err(&d, e))?;
@@ -119,7 +148,13 @@ impl CheckpointDir {
         let path = dir.join("metadata");
         let meta = read_json::<Metadata>(&path)?
             .ok_or_else(|| CheckpointError { path, message: "missing: not a Weir checkpoint directory".into() })?;
-        Ok((Self { dir: dir.to_path_buf() }, meta))
+        Ok((Self { dir: dir.to_path_buf(), fsync: true }, meta))
+    }
+
+    /// Plans are no longer synced: a machine crash may lose them (benchmarks only).
+    pub fn without_fsync(mut self) -> Self {
+        self.fsync = false;
+        self
     }
 
     pub fn state_dir(&self) -> PathBuf {
@@ -130,10 +165,18 @@ impl CheckpointDir {
         &self.dir
     }
 
-    /// Durable before the batch runs: once a sink may have seen the batch, a re-run must read
-    /// exactly the same range.
-    pub fn plan(&self, p: &Planned) -> Result<(), CheckpointError> {
-        write_json(&self.entry("offsets", p.batch_id), p, true)
+    /// Durable before the batch's rows reach the sink (`syncs`): once a sink may have seen the
+    /// batch, a re-run must read exactly the same range.
+    pub fn plan(&self, p: &Planned, syncs: &mut Syncs) -> Result<(), CheckpointError> {
+        let path = self.entry("offsets", p.batch_id);
+        write_json(&path, p, false)?;
+        if self.fsync {
+            syncs.spawn(path.clone(), move || {
+                fs::File::open(&path)?.sync_all()?;
+                path.parent().map_or(Ok(()), |dir| fs::File::open(dir)?.sync_all())
+            });
+        }
+        Ok(())
     }
 
     pub fn planned(&self, batch_id: u64) -> Result<Option<Planned>, CheckpointError> {
@@ -235,7 +278,7 @@ mod tests {
                 flush: false,
                 planned_at_ms: 1,
             };
-            c.plan(&p).unwrap();
+            c.plan(&p, &mut Syncs::default()).unwrap();
             assert_eq!(c.planned(id).unwrap(), Some(p));
             c.commit(&Committed { batch_id: id, watermark: None, rows_out: Some(0), committed_at_ms: 2 }).unwrap();
         }

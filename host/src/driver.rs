@@ -20,12 +20,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::aggregate::{AggregateError, WindowOperator};
-use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, now_ms};
+use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, Syncs, now_ms};
 use crate::emit::EmitError;
-use crate::isolate::{isolate, sleep_unless, slice_events, slice_records};
+use crate::isolate::{StageOutput, isolate, sleep_unless, slice_events, slice_records};
 use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
 use crate::plugin::metrics::Snapshot;
-use crate::plugin::{Aggregator, EventBatch, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
+use crate::plugin::{
+    AggregateFns, Aggregator, BatchOutput, EventBatch, ParseFns, Parser, PluginError, RawBatch, RecordError, Runtime,
+    Sink, Transformer,
+};
 use crate::progress::{BatchProgress, Durations, Progress, Summary};
 use crate::side_output::{DeadLetter, LateEvent, SideOutput, SideOutputError};
 use crate::sink::{KafkaSink, LineSink, RowSink, Rows, SinkError, WasmSink};
@@ -82,6 +85,12 @@ pub struct RunOptions {
     /// Raised (by SIGTERM or Ctrl-C) to end the run after the current batch, or to abandon a
     /// batch that is waiting for a broker. Either way the run returns normally.
     pub stop: Arc<AtomicBool>,
+    /// Benchmark baseline: parse and aggregate with [`crate::native`] (the orders parser and
+    /// error-rate aggregator as host code) instead of the pipeline's plugins.
+    pub native: bool,
+    /// Sync the checkpoint at every batch: always, except to measure what durability costs
+    /// (`weir bench --no-fsync`).
+    pub fsync: bool,
 }
 
 fn fingerprint(p: &Pipeline) -> String {
@@ -91,7 +100,7 @@ fn fingerprint(p: &Pipeline) -> String {
 
 struct WindowStage {
     op: Box<dyn WindowOperator>,
-    agg: Aggregator,
+    agg: Box<dyn AggregateFns>,
     watermark: Watermark,
     cfg: Windowed,
 }
@@ -104,11 +113,14 @@ struct Run {
     failure: FailurePolicy,
     stop: Arc<AtomicBool>,
     source: Source,
-    parser: Parser,
+    /// One per `parse.parallelism`: chunks of a batch are parsed side by side.
+    parsers: Vec<Box<dyn ParseFns>>,
     transforms: Vec<Transformer>,
     window: Option<WindowStage>,
     sink: Box<dyn RowSink>,
     state: StateStore,
+    /// Plan and state syncs in flight: waited for before the next rows reach the sink.
+    syncs: Syncs,
     dead: SideOutput,
     late: Option<SideOutput>,
 }
@@ -118,8 +130,11 @@ struct Run {
 pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
     let meta = Metadata { pipeline: pipeline.name.clone(), fingerprint: fingerprint(pipeline) };
-    let checkpoint = CheckpointDir::open(&opts.checkpoint, &meta)?;
-    let state = StateStore::open(&checkpoint.state_dir())?;
+    let mut checkpoint = CheckpointDir::open(&opts.checkpoint, &meta)?;
+    let mut state = StateStore::open(&checkpoint.state_dir())?;
+    if !opts.fsync {
+        (checkpoint, state) = (checkpoint.without_fsync(), state.without_fsync());
+    }
     let restored: Option<StateMeta> = match state.meta()? {
         None => None,
         Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| CheckpointError {
@@ -142,48 +157,53 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
     let dead = SideOutput::open(&dead_path, restored.as_ref().map_or(0, |m| m.dead_letters_len))?;
 
-    let mut window = match &pipeline.windowed {
-        None => None,
-        Some(w) => {
-            let mut watermark = Watermark::new(w.time.delay_ms, w.time.idle_timeout);
-            if let Some(m) = &restored {
-                watermark.restore(&m.watermark, Instant::now());
-            }
-            Some(WindowStage {
-                op: crate::aggregate::operator(w.window, w.time.allowed_lateness_ms),
-                agg: Aggregator::new(runtime, w.aggregate.clone())?,
-                watermark,
-                cfg: w.clone(),
-            })
-        }
-    };
-    let state_version = match window.as_mut() {
-        Some(w) => Some(w.agg.state_version()?),
+    let mut aggregator = match &pipeline.windowed {
+        Some(w) => Some(Aggregator::new(runtime, w.aggregate.clone())?),
         None => None,
     };
-    let mut state = state;
-    if let (Some(w), Some(to), Some(m)) = (window.as_mut(), state_version, restored.as_ref()) {
+    let state_version = aggregator.as_mut().map(Aggregator::state_version).transpose()?;
+    if let (Some(agg), Some(w), Some(to), Some(m)) =
+        (aggregator.as_mut(), &pipeline.windowed, state_version, restored.as_ref())
+    {
         // Checkpoints from before versioning hold version 1, every SDK build's default.
         let from = m.state_version.unwrap_or(1);
         if from != to {
-            let migrated =
-                crate::aggregate::migrate_state(&mut state, &mut w.agg, from).map_err(|e| CheckpointError {
-                    path: checkpoint.state_dir(),
-                    message: format!(
-                        "holds accumulators of state version {from}; the plugin {} declares state version {to} and \
-                         cannot migrate them ({e}). Run the build that wrote them, or start a new checkpoint",
-                        w.cfg.aggregate.component.display()
-                    ),
-                })?;
+            let migrated = crate::aggregate::migrate_state(&mut state, agg, from).map_err(|e| CheckpointError {
+                path: checkpoint.state_dir(),
+                message: format!(
+                    "holds accumulators of state version {from}; the plugin {} declares state version {to} and \
+                     cannot migrate them ({e}). Run the build that wrote them, or start a new checkpoint",
+                    w.aggregate.component.display()
+                ),
+            })?;
             let meta = StateMeta { state_version: Some(to), ..m.clone() };
             let bytes = serde_json::to_vec(&meta).map_err(|e| CheckpointError {
                 path: checkpoint.state_dir(),
                 message: format!("cannot encode the batch record: {e}"),
             })?;
-            state.commit(&bytes)?;
+            let mut syncs = Syncs::default();
+            state.commit(&bytes, &mut syncs)?;
+            syncs.wait()?;
             tracing::info!("{}: migrated {migrated} accumulators from state version {from} to {to}", pipeline.name);
         }
     }
+    let window = match (&pipeline.windowed, aggregator) {
+        (Some(w), Some(agg)) => {
+            let mut watermark = Watermark::new(w.time.delay_ms, w.time.idle_timeout);
+            if let Some(m) = &restored {
+                watermark.restore(&m.watermark, Instant::now());
+            }
+            let agg: Box<dyn AggregateFns> =
+                if opts.native { Box::new(crate::native::ErrorRate) } else { Box::new(agg) };
+            Some(WindowStage {
+                op: crate::aggregate::operator(w.window, w.time.allowed_lateness_ms),
+                agg,
+                watermark,
+                cfg: w.clone(),
+            })
+        }
+        _ => None,
+    };
     let late = match window.as_ref().map(|w| &w.cfg.time) {
         Some(t) if t.late == LatePolicy::SideOutput => {
             let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
@@ -210,7 +230,16 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         failure: pipeline.failure,
         stop: opts.stop.clone(),
         source,
-        parser: Parser::new(runtime, pipeline.parse.clone())?,
+        parsers: (0..pipeline.parse_parallelism)
+            .map(|_| -> Result<Box<dyn ParseFns>, PluginError> {
+                if opts.native {
+                    let key_by_user = pipeline.parse.config_json.contains("\"key_by_user\":true");
+                    Ok(Box::new(crate::native::Orders { key_by_user }))
+                } else {
+                    Ok(Box::new(Parser::new(runtime, pipeline.parse.clone())?))
+                }
+            })
+            .collect::<Result<_, _>>()?,
         transforms: pipeline
             .transforms
             .iter()
@@ -219,6 +248,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         window,
         sink,
         state,
+        syncs: Syncs::default(),
         dead,
         late,
     };
@@ -296,13 +326,16 @@ impl Run {
                     let end = self.source.offsets();
                     let plan = Planned { batch_id: *batch_id, start, end, idle, flush, planned_at_ms: now_ms() };
                     let t = Instant::now();
-                    self.checkpoint.plan(&plan)?;
+                    self.checkpoint.plan(&plan, &mut self.syncs)?;
                     plan_time = t.elapsed();
                     (batch, plan)
                 }
             };
             let read = t0.elapsed() - plan_time;
             let (rows, mut report) = self.process(*batch_id, &batch, plan.flush, &plan.idle)?;
+            let t = Instant::now();
+            self.syncs.wait()?;
+            report.durations.sync_wait_ms = ms(t);
             let t = Instant::now();
             self.deliver(*batch_id, &rows)?;
             report.durations.sink_ms = ms(t);
@@ -316,7 +349,7 @@ impl Run {
             progress.batch(&report);
             *batch_id += 1;
         }
-        Ok(())
+        Ok(self.syncs.wait()?)
     }
 
     /// Continuous mode: what has arrived, at once; the position committed on an interval.
@@ -358,6 +391,7 @@ impl Run {
                     self.sink.sync()?;
                     let last = *batch_id - 1;
                     self.commit(last, self.source.offsets(), &since)?;
+                    self.syncs.wait()?;
                     since.batch_id = last;
                     since.plugins = self.plugin_metrics();
                     progress.batch(&since);
@@ -414,7 +448,7 @@ impl Run {
             path: self.checkpoint.state_dir(),
             message: format!("cannot encode the batch record: {e}"),
         })?;
-        self.state.commit(&bytes)?;
+        self.state.commit(&bytes, &mut self.syncs)?;
         self.checkpoint.commit(&Committed {
             batch_id,
             watermark: report.watermark,
@@ -454,9 +488,13 @@ impl Run {
         let t = Instant::now();
         let mut events = EventBatch::default();
         if !batch.positions.is_empty() {
-            let (records, parser) = (&batch.records, &mut self.parser);
+            let (records, parsers) = (&batch.records, &mut self.parsers);
             let (out, failed) = isolate(batch.len(), &self.failure, &self.stop, |r| {
-                if r.len() == batch.len() { parser.parse(records) } else { parser.parse(&slice_records(records, r)) }
+                if r.len() == batch.len() {
+                    parse_chunks(parsers, records)
+                } else {
+                    parsers[0].parse(&slice_records(records, r))
+                }
             })?;
             report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
             report.dead_letters += self.plugin_failures(batch_id, "parse", batch, failed, None)?;
@@ -498,7 +536,7 @@ impl Run {
             // Under the failure policy, like parse and transform: a failed call leaves no trace
             // (its staged state changes are rolled back), so the parts that went through add up
             // to the batch without the events that failed alone.
-            let (op, agg, state) = (&mut w.op, &mut w.agg, &mut self.state);
+            let (op, agg, state) = (&mut w.op, w.agg.as_mut(), &mut self.state);
             let (late, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
                 let mark = (state.savepoint(), op.mark());
                 let result = if r.len() == events.times.len() {
@@ -551,8 +589,8 @@ impl Run {
                 w.watermark.observe(part, max, now);
             }
             let advanced = if flush { w.watermark.flush() } else { w.watermark.advance(idle) };
-            let windows = w.op.emit(in_force, advanced, w.cfg.output, &mut w.agg, &mut self.state)?;
-            report.windows_emitted = crate::emit::finish(&windows, &mut w.agg, &mut rows)?;
+            let windows = w.op.emit(in_force, advanced, w.cfg.output, w.agg.as_mut(), &mut self.state)?;
+            report.windows_emitted = crate::emit::finish(&windows, w.agg.as_mut(), &mut rows)?;
             report.watermark = Some(advanced);
             d.emit_ms = ms(t);
         } else {
@@ -621,6 +659,41 @@ impl Run {
         }
         Ok(n)
     }
+}
+
+/// Below this many records a batch is parsed in one call: a thread hand-off costs more.
+const MIN_PARALLEL_PARSE: usize = 4_096;
+
+/// Parses `records` in as many chunks as there are parsers, side by side (the first on this
+/// thread), and joins the outputs in order, so the events are those of one call over all.
+fn parse_chunks(parsers: &mut [Box<dyn ParseFns>], records: &RawBatch) -> Result<BatchOutput, PluginError> {
+    let n = records.value_ends.len();
+    if parsers.len() == 1 || n < MIN_PARALLEL_PARSE {
+        return parsers[0].parse(records);
+    }
+    let chunk = n.div_ceil(parsers.len());
+    let ranges: Vec<std::ops::Range<usize>> = (0..n).step_by(chunk).map(|s| s..(s + chunk).min(n)).collect();
+    let (first, rest) = parsers.split_at_mut(1);
+    let results: Vec<Result<BatchOutput, PluginError>> = std::thread::scope(|scope| {
+        let others: Vec<_> = rest
+            .iter_mut()
+            .zip(&ranges[1..])
+            .map(|(p, r)| {
+                let input = slice_records(records, r.clone());
+                scope.spawn(move || p.parse(&input))
+            })
+            .collect();
+        let mut results = vec![first[0].parse(&slice_records(records, ranges[0].clone()))];
+        for h in others {
+            results.push(h.join().unwrap_or_else(|_| Err(PluginError::Engine("a parser thread panicked".into()))));
+        }
+        results
+    });
+    let mut out = BatchOutput::empty();
+    for (r, result) in ranges.iter().zip(results) {
+        out.append(result?, r.start as u32);
+    }
+    Ok(out)
 }
 
 /// Records in batch `batch_id`: batches start at [`FIRST_BATCH`] records and double up to `max`.

@@ -4,13 +4,15 @@
 //! [`source`] → parse and transform (Wasm, via [`plugin`]) → [`watermark`] → [`window`] →
 //! [`aggregate`] (Wasm accumulators in [`state`]) → [`emit`] → [`sink`] → [`checkpoint`]. The
 //! [`driver`] runs that loop, with [`side_output`] for dead letters and late data. [`pipeline`] reads the
-//! pipeline file; [`progress`] reports; [`workload`] makes the reference workload.
+//! pipeline file; [`progress`] reports; [`workload`] makes the reference workload, and [`native`] is its
+//! logic as host code, the baseline the sandbox is measured against.
 
 pub mod aggregate;
 pub mod checkpoint;
 pub mod driver;
 pub mod emit;
 pub mod isolate;
+pub mod native;
 pub mod pipeline;
 pub mod plugin;
 pub mod progress;

@@ -96,6 +96,20 @@ enum Command {
         /// With --latency: how long to produce.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// Parse and aggregate with the host-code baseline (the same logic as the orders-json
+        /// and error-rate plugins) instead of the Wasm plugins.
+        #[arg(long)]
+        native: bool,
+        /// Parser instances working on each batch side by side (default: the pipeline's
+        /// `parse.parallelism`).
+        #[arg(long)]
+        cores: Option<usize>,
+        /// Do not sync the checkpoint at each batch (to measure what durability costs).
+        #[arg(long)]
+        no_fsync: bool,
+        /// Run half the events, then restart on the rest and time the first batch.
+        #[arg(long)]
+        restart: bool,
     },
     /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
     Inspect {
@@ -214,9 +228,11 @@ fn real_main() -> Result<()> {
             };
             eprintln!("events={n} seed={seed} very_late={very_late}");
         }
-        Command::Bench { pipeline, latency: false, events, seed, .. } => {
+        Command::Bench { pipeline, latency: false, events, seed, native, cores, no_fsync, restart, .. } => {
             let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-error-rate/pipeline.toml".into());
-            bench(&pipeline, events, seed)?
+            let args =
+                cli::bench::BenchArgs { pipeline: load(&pipeline)?, events, seed, native, cores, no_fsync, restart };
+            cli::bench::bench(args, |p| runtime([p]))?
         }
         Command::Bench { pipeline, latency: true, rate, seconds, .. } => {
             let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
@@ -310,6 +326,8 @@ fn run_all(paths: &[PathBuf], checkpoint: Option<PathBuf>, progress_json: bool, 
                 dead_letters: None,
                 progress: Progress::new(&p.name, progress_json, Some(Duration::from_secs(2))),
                 stop: stop.clone(),
+                native: false,
+                fsync: true,
             };
             let runtime = runtime.clone();
             let thread = std::thread::Builder::new().name(format!("pipeline {}", p.name)).spawn(move || {
@@ -361,7 +379,7 @@ fn runtime<'a>(pipelines: impl IntoIterator<Item = &'a Pipeline>) -> Result<Arc<
 }
 
 /// The pipeline, reading `events` in bounded batches as fast as it can (the replay of a test).
-fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
+pub(crate) fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
     p.source.kind = SourceKind::Replay { path: events.to_path_buf(), format: ReplayFormat::Auto };
     p.trigger = Trigger::AvailableNow;
     p
@@ -377,27 +395,10 @@ fn run_once(p: &Pipeline, output: Output, dead_letters: Option<PathBuf>, progres
         dead_letters,
         progress,
         stop: stop_on_signals()?,
+        native: false,
+        fsync: true,
     };
     driver::run(p, &runtime([p])?, opts).with_context(|| format!("pipeline {}", p.name))
-}
-
-fn bench(pipeline: &Path, events: u64, seed: u64) -> Result<()> {
-    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
-    let file = dir.path().join("orders.jsonl");
-    {
-        let mut w = BufWriter::with_capacity(1 << 20, File::create(&file)?);
-        weir::workload::orders(events, seed, &mut w)?;
-        w.flush()?;
-    }
-    let p = replay(load(pipeline)?, &file);
-    // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
-    runtime([&p])?;
-    let s = run_once(&p, Output::Lines(Box::new(std::io::sink())), Some(dir.path().join("dl.jsonl")), false)?;
-    println!(
-        "{}: {} events in {:.3}s = {:.0} events/s ({} windows, {} late)",
-        p.name, s.input_rows, s.elapsed_s, s.rows_per_s, s.windows_emitted, s.late_events
-    );
-    Ok(())
 }
 
 /// Compares rows as multisets of JSON values; returns a readable diff, empty when equal.

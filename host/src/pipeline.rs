@@ -205,6 +205,8 @@ enum TriggerMode {
 #[serde(deny_unknown_fields)]
 struct StageFile {
     plugin: PathBuf,
+    /// `[parse]` only: instances that parse a batch's chunks in parallel.
+    parallelism: Option<usize>,
     #[serde(default)]
     config: toml::Table,
     #[serde(default)]
@@ -434,6 +436,9 @@ pub struct Pipeline {
     pub source: SourceConfig,
     pub trigger: Trigger,
     pub parse: StageSpec,
+    /// Parser instances: a batch is cut into this many chunks, parsed on as many threads, and
+    /// put back together in order (the events are the same as with one).
+    pub parse_parallelism: usize,
     pub transforms: Vec<StageSpec>,
     pub windowed: Option<Windowed>,
     pub sink: Option<SinkConfig>,
@@ -492,6 +497,9 @@ fn build(
     }
     let name = f.name;
     let stage = |key: &str, s: StageFile| -> Result<StageSpec, PipelineError> {
+        if s.parallelism.is_some() && key != "parse" {
+            return Err(invalid(&format!("{key}.parallelism"), "only [parse] runs in parallel; remove it".into()));
+        }
         let config_json =
             serde_json::to_string(&s.config).map_err(|e| invalid(&format!("{key}.config"), e.to_string()))?;
         let mut limits = Limits::default();
@@ -640,6 +648,10 @@ fn build(
         }
     };
 
+    let parse_parallelism = f.parse.parallelism.unwrap_or(1);
+    if !(1..=64).contains(&parse_parallelism) {
+        return Err(invalid("parse.parallelism", format!("{parse_parallelism}: allowed 1 to 64")));
+    }
     let parse = stage("parse", f.parse)?;
     let transforms = f
         .transform
@@ -704,6 +716,7 @@ fn build(
         source,
         trigger,
         parse,
+        parse_parallelism,
         transforms,
         windowed,
         sink,
@@ -742,7 +755,7 @@ fn sink_config(
                     "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into(),
                 )
             })?;
-            let file = StageFile { plugin, config: s.config, grants: s.grants, limits: s.limits };
+            let file = StageFile { plugin, parallelism: None, config: s.config, grants: s.grants, limits: s.limits };
             Ok(SinkConfig::Wasm(stage("sink", file)?))
         }
         SinkKindFile::Kafka => {

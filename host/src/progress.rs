@@ -14,12 +14,14 @@ use crate::plugin::metrics::Snapshot;
 #[serde(rename_all = "camelCase")]
 pub struct Durations {
     pub read_ms: f64,
-    /// Writing the batch's plan to the offsets log (synced).
+    /// Writing the batch's plan to the offsets log (its sync runs beside the batch).
     pub plan_ms: f64,
     pub parse_ms: f64,
     pub transform_ms: f64,
     pub aggregate_ms: f64,
     pub emit_ms: f64,
+    /// Waiting, before the sink, for the plan's and the previous state's syncs to finish.
+    pub sync_wait_ms: f64,
     pub sink_ms: f64,
     pub commit_ms: f64,
     pub total_ms: f64,
@@ -76,6 +78,9 @@ pub struct Summary {
     pub elapsed_s: f64,
     pub rows_per_s: f64,
     pub final_watermark: Option<i64>,
+    /// From the start of the run (engine, checkpoint and state opened, plugins instantiated)
+    /// to the end of its first batch.
+    pub first_batch_s: Option<f64>,
     /// Each plugin stage's metrics at the end.
     pub plugins: BTreeMap<String, Snapshot>,
 }
@@ -142,6 +147,7 @@ impl Progress {
 
     pub fn batch(&mut self, b: &BatchProgress) {
         let t = &mut self.total;
+        t.first_batch_s.get_or_insert_with(|| self.started.elapsed().as_secs_f64());
         t.batches += 1;
         t.input_rows += b.input_rows as u64;
         t.events += b.events as u64;

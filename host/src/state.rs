@@ -12,8 +12,11 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rocksdb::{DB, Options, WriteBatch, WriteOptions};
+
+use crate::checkpoint::Syncs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StateError {
@@ -22,9 +25,12 @@ pub enum StateError {
 }
 
 pub struct StateStore {
-    db: DB,
+    /// Shared with the thread that syncs its write-ahead log.
+    db: Arc<DB>,
     path: PathBuf,
     staged: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// Commits are synced. Off only to measure what that costs.
+    fsync: bool,
 }
 
 const META: &[u8] = b"m";
@@ -41,14 +47,14 @@ impl StateStore {
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
         let db = DB::open(&opts, path).map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
-        Ok(Self { db, path: path.to_path_buf(), staged: BTreeMap::new() })
+        Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
     }
 
     /// Opens a store another process may be writing, to look at it (`weir inspect`).
     pub fn open_read_only(path: &Path) -> Result<Self, StateError> {
         let db = DB::open_for_read_only(&Options::default(), path, false)
             .map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
-        Ok(Self { db, path: path.to_path_buf(), staged: BTreeMap::new() })
+        Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
     }
 
     fn err(&self, e: rocksdb::Error) -> StateError {
@@ -60,6 +66,12 @@ impl StateStore {
             Some(v) => Ok(v.clone()),
             None => self.db.get(key).map_err(|e| self.err(e)),
         }
+    }
+
+    /// Commits are no longer synced: a machine crash may lose them (benchmarks only).
+    pub fn without_fsync(mut self) -> Self {
+        self.fsync = false;
+        self
     }
 
     /// The changes staged so far, to [`StateStore::rollback`] to if what comes next fails.
@@ -115,9 +127,9 @@ impl StateStore {
         Ok(out)
     }
 
-    /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic,
-    /// synced write.
-    pub fn commit(&mut self, meta: &[u8]) -> Result<(), StateError> {
+    /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic write,
+    /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
+    pub fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for (k, v) in std::mem::take(&mut self.staged) {
             match v {
@@ -126,9 +138,12 @@ impl StateStore {
             }
         }
         batch.put(META, meta);
-        let mut opts = WriteOptions::default();
-        opts.set_sync(true);
-        self.db.write_opt(batch, &opts).map_err(|e| self.err(e))
+        self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.err(e))?;
+        if self.fsync {
+            let db = self.db.clone();
+            syncs.spawn(self.path.clone(), move || db.flush_wal(true).map_err(std::io::Error::other));
+        }
+        Ok(())
     }
 
     /// The checkpoint record of the last committed batch.
@@ -185,7 +200,7 @@ mod tests {
 
         s.put(b"pa".to_vec(), b"1".to_vec());
         s.put(b"pb".to_vec(), b"2".to_vec());
-        s.commit(b"batch 0").unwrap();
+        s.commit(b"batch 0", &mut Syncs::default()).unwrap();
         s.delete(b"pa".to_vec());
         s.put(b"pc".to_vec(), b"3".to_vec());
         let keys: Vec<_> = s.range(b"p", b"q").unwrap().into_iter().map(|(k, _)| k).collect();

@@ -77,6 +77,8 @@ pub fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -
         dead_letters: None,
         progress: Progress::new(&args.pipeline.name, args.progress_json, None),
         stop: stop.clone(),
+        native: false,
+        fsync: true,
     };
     let result = driver::run(&args.pipeline, runtime, opts);
     stop.store(true, Ordering::Relaxed);

@@ -73,6 +73,8 @@ pub fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<Latencie
         dead_letters: None,
         progress: Progress::new(&args.pipeline.name, false, None),
         stop: stop.clone(),
+        native: false,
+        fsync: true,
     };
     let run = {
         let (p, runtime) = (args.pipeline.clone(), runtime.clone());

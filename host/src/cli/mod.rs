@@ -1,5 +1,6 @@
 //! The commands of the `weir` CLI that are more than a call into the library.
 
+pub mod bench;
 pub mod demo;
 pub mod inspect;
 pub mod latency;

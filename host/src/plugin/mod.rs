@@ -29,7 +29,7 @@ use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
 pub use bindings::weir::plugin::types::{BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind};
-pub use roles::{AggregateFns, Aggregator, Parser, RowBatch, Sink, Transformer};
+pub use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, Transformer};
 pub use sandbox::{DirGrant, Grants, Limits, PluginError, StageSpec, WitError};
 
 mod bindings {

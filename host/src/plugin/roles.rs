@@ -121,6 +121,18 @@ impl Parser {
     }
 }
 
+/// What the engine needs of a parser stage: the Wasm [`Parser`], or a native baseline.
+pub trait ParseFns: Send {
+    /// Parses a whole batch; origins in the output index into `input`'s records.
+    fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError>;
+}
+
+impl ParseFns for Parser {
+    fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
+        Parser::parse(self, input)
+    }
+}
+
 /// A transformer stage.
 pub struct Transformer(Sandbox<TransformerRole>);
 
@@ -142,7 +154,7 @@ impl Transformer {
 /// The aggregator's batched calls (`wit/plugin.wit`), as the window operators make them. The
 /// Wasm aggregator implements them for pipelines; native implementations serve tests and
 /// native baselines.
-pub trait AggregateFns {
+pub trait AggregateFns: Send {
     /// Folds group `g`'s events (`events[members[k]]`, `k` in its range) into `accs[g]`.
     fn accumulate(
         &mut self,

@@ -1,0 +1,159 @@
+//! `weir bench`: a pipeline's throughput over generated order events (the project's generator,
+//! the schema of `shared/bench/gen_orders.py`), with what a user compares engines by: events/s,
+//! events per CPU-second (the per-core figure, whatever the threads), peak RSS. Variants answer
+//! the performance questions one at a time: `--native` (the same logic as host code: what the
+//! sandbox costs), `--cores` (parse parallelism), `--no-fsync` (what a durable checkpoint at
+//! every batch costs) and `--restart` (time from a restart to its first batch).
+
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use anyhow::{Context, Result, bail};
+use weir::driver::{self, Output, RunOptions};
+use weir::pipeline::Pipeline;
+use weir::plugin::Runtime;
+use weir::progress::{Progress, Summary};
+
+pub struct BenchArgs {
+    pub pipeline: Pipeline,
+    pub events: u64,
+    pub seed: u64,
+    pub native: bool,
+    pub cores: Option<usize>,
+    pub no_fsync: bool,
+    pub restart: bool,
+}
+
+pub fn bench(mut a: BenchArgs, runtime: impl Fn(&Pipeline) -> Result<Arc<Runtime>>) -> Result<()> {
+    if let Some(c) = a.cores {
+        a.pipeline.parse_parallelism = c.max(1);
+    }
+    if a.native {
+        let uses = |p: &Path, name: &str| p.file_name().is_some_and(|f| f == name);
+        let w = a.pipeline.windowed.as_ref().context("--native: the pipeline has no aggregate")?;
+        if !uses(&a.pipeline.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
+            bail!("--native replaces orders_json.wasm and error_rate.wasm; this pipeline uses other plugins");
+        }
+    }
+    let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
+    let file = dir.path().join("orders.jsonl");
+    // With --restart, the second half waits in `rest` until the restart.
+    let rest = dir.path().join("rest.jsonl");
+    let all = if a.restart { dir.path().join("all.jsonl") } else { file.clone() };
+    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&all)?);
+    weir::workload::orders(if a.restart { 2 * a.events } else { a.events }, a.seed, &mut w)?;
+    w.flush()?;
+    drop(w);
+    if a.restart {
+        // Whole lines, streamed: holding the events in memory would count in the peak RSS.
+        let mut lines = std::io::BufReader::new(std::fs::File::open(&all)?).lines();
+        for (path, n) in [(&file, a.events), (&rest, u64::MAX)] {
+            let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
+            for line in lines.by_ref().take(n.try_into().unwrap_or(usize::MAX)) {
+                writeln!(w, "{}", line?)?;
+            }
+            w.flush()?;
+        }
+    }
+    let p = crate::replay(a.pipeline, &file);
+    // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
+    runtime(&p)?;
+
+    let checkpoint = dir.path().join("checkpoint");
+    let digest = Digest::default();
+    let run = |fsync: bool| -> Result<Summary> {
+        let opts = RunOptions {
+            output: Output::Lines(Box::new(digest.clone())),
+            checkpoint: checkpoint.clone(),
+            dead_letters: Some(dir.path().join("dead-letters.jsonl")),
+            progress: Progress::new(&p.name, false, None),
+            stop: Arc::new(AtomicBool::new(false)),
+            native: a.native,
+            fsync,
+        };
+        driver::run(&p, &runtime(&p)?, opts).with_context(|| format!("pipeline {}", p.name))
+    };
+
+    let cpu = cpu_seconds();
+    let s = run(!a.no_fsync)?;
+    let cpu = cpu_seconds() - cpu;
+    let what = match (a.native, a.no_fsync) {
+        (true, _) => "native parse + aggregate",
+        (false, true) => "Wasm, checkpoint not synced",
+        (false, false) => "Wasm parse + aggregate",
+    };
+    println!(
+        "{} ({what}, parse parallelism {}): {} events in {:.3}s = {:.0} events/s, {:.0} events per CPU-second \
+         ({:.2} cores busy), {} windows, {} late; peak RSS {} MB; rows digest {}",
+        p.name,
+        p.parse_parallelism,
+        s.input_rows,
+        s.elapsed_s,
+        s.rows_per_s,
+        s.input_rows as f64 / cpu.max(1e-9),
+        cpu / s.elapsed_s.max(1e-9),
+        s.windows_emitted,
+        s.late_events,
+        peak_rss_kb() >> 10,
+        digest.hex(),
+    );
+
+    if a.restart {
+        // The rest of the events arrive; a new engine (compiled components from the cache, as
+        // after a process restart) resumes from the checkpoint the first run left.
+        let mut f = std::fs::OpenOptions::new().append(true).open(&file)?;
+        std::io::copy(&mut std::fs::File::open(&rest)?, &mut f)?;
+        drop(f);
+        let s = run(true)?;
+        let first = s.first_batch_s.context("the restarted run had no batch")?;
+        println!(
+            "restart: first batch done {:.1} ms after the restart (engine, checkpoint, state and plugins \
+             opened, one full batch run and committed)",
+            first * 1e3
+        );
+    }
+    Ok(())
+}
+
+/// The sink's rows, hashed: equal digests, equal rows in equal order (native vs Wasm, one core
+/// vs several).
+#[derive(Clone, Default)]
+struct Digest(Arc<std::sync::Mutex<blake3::Hasher>>);
+
+impl Digest {
+    fn hex(&self) -> String {
+        self.0.lock().map_or_else(|_| "unavailable".into(), |h| h.finalize().to_hex()[..16].to_string())
+    }
+}
+
+impl Write for Digest {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().map_err(|_| std::io::Error::other("digest poisoned"))?.update(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// CPU time of this process so far (all threads, user + system), from `/proc/self/stat`.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else { return 0.0 };
+    // Fields after the command name (which may hold spaces): utime is the 12th, stime the 13th.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The process's peak resident set, from `/proc/self/status`.
+fn peak_rss_kb() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}

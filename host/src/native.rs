@@ -1,0 +1,186 @@
+//! The orders parser and the error-rate aggregator (`plugins/orders-json`,
+//! `plugins/error-rate`) as host code, for comparison only: `weir bench --native` runs the same
+//! pipeline through these, so the difference is what the sandbox and the Wasm boundary cost.
+//! Same logic, same rows out; the accumulator is 16 bytes instead of the SDK's JSON.
+
+use serde::Deserialize;
+
+use crate::plugin::{
+    AggregateFns, BatchOutput, EventBatch, ParseFns, PluginError, RawBatch, RecordError, RecordErrorKind,
+};
+
+/// `plugins/orders-json`: event time `order_ts`, key `user_id` when `key_by_user`, the record
+/// as the row.
+pub struct Orders {
+    pub key_by_user: bool,
+}
+
+#[derive(Deserialize)]
+struct Order {
+    order_ts: i64,
+    user_id: Option<u64>,
+}
+
+impl ParseFns for Orders {
+    fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
+        let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
+        let e = &mut out.events;
+        let mut start = 0;
+        for (i, &end) in input.value_ends.iter().enumerate() {
+            let value = &input.values[start as usize..end as usize];
+            start = end;
+            match serde_json::from_slice::<Order>(value) {
+                Ok(order) => {
+                    e.times.push(order.order_ts);
+                    if let Some(user) = order.user_id.filter(|_| self.key_by_user) {
+                        e.keys.extend_from_slice(user.to_string().as_bytes());
+                    }
+                    e.key_ends.push(e.keys.len() as u32);
+                    e.rows.extend_from_slice(value);
+                    e.row_ends.push(e.rows.len() as u32);
+                    e.origins.push(i as u32);
+                }
+                Err(err) => out.errors.push(RecordError {
+                    index: i as u32,
+                    kind: RecordErrorKind::Malformed,
+                    message: err.to_string(),
+                }),
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The guest SDK's own scanner for one top-level field (what `Event::field_str` runs inside
+/// the plugin), compiled natively: the same code on both sides of the comparison.
+#[path = "../../guest-sdk/src/field.rs"]
+mod field;
+
+/// `plugins/error-rate` with `error_status = "ERROR"`.
+pub struct ErrorRate;
+
+/// The plugin's output row, field for field, so the rows are byte for byte the same.
+#[derive(serde::Serialize)]
+struct Output {
+    count: u64,
+    errors: u64,
+    error_rate: f64,
+}
+
+/// Whether the row's `status` is `"ERROR"`, read as `Event::field_str` reads it.
+fn is_error(row: &[u8]) -> Result<bool, String> {
+    match field::top_level_field(row, "status")? {
+        None => Ok(false),
+        Some([b'"', inner @ .., b'"']) if !inner.contains(&b'\\') => Ok(inner == b"ERROR"),
+        Some(raw) => Ok(serde_json::from_slice::<String>(raw).map_err(|e| e.to_string())? == "ERROR"),
+    }
+}
+
+fn decode(acc: &[u8]) -> (u64, u64) {
+    match (acc.get(..8), acc.get(8..16)) {
+        (Some(c), Some(e)) => {
+            (u64::from_le_bytes(c.try_into().unwrap_or_default()), u64::from_le_bytes(e.try_into().unwrap_or_default()))
+        }
+        _ => (0, 0),
+    }
+}
+
+fn encode((count, errors): (u64, u64)) -> Vec<u8> {
+    let mut v = Vec::with_capacity(16);
+    v.extend_from_slice(&count.to_le_bytes());
+    v.extend_from_slice(&errors.to_le_bytes());
+    v
+}
+
+impl AggregateFns for ErrorRate {
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        group_ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut out = Vec::with_capacity(accs.len());
+        let mut from = 0;
+        for (acc, &end) in accs.iter().zip(group_ends) {
+            let (mut count, mut errors) = decode(acc);
+            for &m in &members[from as usize..end as usize] {
+                let m = m as usize;
+                let start = if m == 0 { 0 } else { events.row_ends[m - 1] as usize };
+                let row = &events.rows[start..events.row_ends[m] as usize];
+                let error = is_error(row).map_err(|e| PluginError::Contract {
+                    stage: self.stage().into(),
+                    message: format!("bad row: {e}"),
+                })?;
+                count += 1;
+                errors += u64::from(error);
+            }
+            out.push(encode((count, errors)));
+            from = end;
+        }
+        Ok(out)
+    }
+
+    fn merge(&mut self, accs: &[Vec<u8>], group_ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut from = 0;
+        Ok(group_ends
+            .iter()
+            .map(|&end| {
+                let sum = accs[from as usize..end as usize]
+                    .iter()
+                    .map(|a| decode(a))
+                    .fold((0, 0), |s, a| (s.0 + a.0, s.1 + a.1));
+                from = end;
+                encode(sum)
+            })
+            .collect())
+    }
+
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        accs.iter()
+            .map(|a| match decode(a) {
+                (0, _) => Ok(Vec::new()),
+                (count, errors) => {
+                    let row = Output { count, errors, error_rate: errors as f64 / count as f64 };
+                    serde_json::to_vec(&row).map_err(|e| PluginError::Contract {
+                        stage: self.stage().into(),
+                        message: format!("cannot encode a row: {e}"),
+                    })
+                }
+            })
+            .collect()
+    }
+
+    fn stage(&self) -> &str {
+        "native error-rate"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn orders_parse_and_count_like_the_plugins() {
+        let lines = [
+            r#"{"order_id":1,"user_id":7,"status":"ERROR","amount":1.0,"order_ts":5}"#,
+            "not json",
+            r#"{"order_id":2,"user_id":8,"status":"OK","amount":2.0,"order_ts":6}"#,
+        ];
+        let mut input = RawBatch::default();
+        for l in lines {
+            input.values.extend_from_slice(l.as_bytes());
+            input.value_ends.push(input.values.len() as u32);
+        }
+        let out = Orders { key_by_user: true }.parse(&input).unwrap();
+        assert_eq!((out.events.times.clone(), out.events.keys.clone()), (vec![5, 6], b"78".to_vec()));
+        assert_eq!(out.errors.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1]);
+
+        let mut agg = ErrorRate;
+        let accs = agg.accumulate(&[Vec::new()], &out.events, &[0, 1], &[2]).unwrap();
+        let merged = agg.merge(&[accs[0].clone(), accs[0].clone()], &[2]).unwrap();
+        let row: serde_json::Value = serde_json::from_slice(&agg.finish(&merged).unwrap()[0]).unwrap();
+        assert_eq!(row, serde_json::json!({"count": 4, "errors": 2, "error_rate": 0.5}));
+        assert_eq!(agg.finish(&[Vec::new()]).unwrap(), vec![Vec::<u8>::new()], "no events, no row");
+    }
+}
