@@ -105,9 +105,9 @@ fn a_tenant_keeps_its_throughput_beside_one_whose_plugin_loops_forever() {
     )
     .unwrap();
 
-    // Solo, twice (the better run counts: the first warms the page cache).
+    // Solo, three times (the best run counts: the first warms the page cache; this VM varies by ±10%).
     let mut solo: f64 = 0.0;
-    for _ in 0..2 {
+    for _ in 0..3 {
         let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
         let (r, ok, log, _) = run_beside(&[&good_pipeline(dir.path(), &events, "good")]);
         assert!(ok, "{log}");
@@ -115,7 +115,7 @@ fn a_tenant_keeps_its_throughput_beside_one_whose_plugin_loops_forever() {
     }
     let mut beside: f64 = 0.0;
     let mut scrape = String::new();
-    for _ in 0..2 {
+    for _ in 0..3 {
         let _ = std::fs::remove_dir_all(dir.path().join("good-checkpoint"));
         let _ = std::fs::remove_dir_all(dir.path().join("bad-checkpoint"));
         let (r, ok, log, s) = run_beside(&[&good_pipeline(dir.path(), &events, "good"), &bad]);

@@ -63,6 +63,18 @@ impl Syncs {
     }
 }
 
+/// Syncs never outlive their owner: a sync thread holds the state's database open, and a
+/// pipeline reopened in the same process (a test, `weir bench --restart`) must find it closed.
+impl Drop for Syncs {
+    fn drop(&mut self) {
+        for (_, thread) in self.0.drain(..) {
+            if let Ok(h) = thread {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
 /// `metadata`: who owns this checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Metadata {

@@ -22,13 +22,11 @@ use std::time::{Duration, Instant};
 use crate::aggregate::{AggregateError, WindowOperator};
 use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, Syncs, now_ms};
 use crate::emit::EmitError;
-use crate::isolate::{StageOutput, isolate, sleep_unless, slice_events, slice_records};
+use crate::isolate::{isolate, sleep_unless, slice_events};
+use crate::parse::{Ingest, IngestError, Ingested, Parsed};
 use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, SinkConfig, SourceKind, Trigger, Windowed};
 use crate::plugin::metrics::Snapshot;
-use crate::plugin::{
-    AggregateFns, Aggregator, BatchOutput, EventBatch, ParseFns, Parser, PluginError, RawBatch, RecordError, Runtime,
-    Sink, Transformer,
-};
+use crate::plugin::{AggregateFns, Aggregator, ParseFns, Parser, PluginError, RecordError, Runtime, Sink, Transformer};
 use crate::progress::{BatchProgress, Durations, Progress, Summary};
 use crate::side_output::{DeadLetter, LateEvent, SideOutput, SideOutputError};
 use crate::sink::{KafkaSink, LineSink, RowSink, Rows, SinkError, WasmSink};
@@ -54,6 +52,15 @@ pub enum RunError {
     SideOutput(#[from] SideOutputError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+}
+
+impl From<IngestError> for RunError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::Source(e) => RunError::Source(e),
+            IngestError::Plugin(e) => RunError::Plugin(e),
+        }
+    }
 }
 
 impl RunError {
@@ -112,9 +119,8 @@ struct Run {
     checkpoint: CheckpointDir,
     failure: FailurePolicy,
     stop: Arc<AtomicBool>,
-    source: Source,
-    /// One per `parse.parallelism`: chunks of a batch are parsed side by side.
-    parsers: Vec<Box<dyn ParseFns>>,
+    /// The source's stream names (files, topics), for dead letters and late events.
+    streams: Vec<String>,
     transforms: Vec<Transformer>,
     window: Option<WindowStage>,
     sink: Box<dyn RowSink>,
@@ -129,6 +135,7 @@ struct Run {
 /// returns the totals.
 pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
+    let _running = runtime.enter_pipeline();
     let meta = Metadata { pipeline: pipeline.name.clone(), fingerprint: fingerprint(pipeline) };
     let mut checkpoint = CheckpointDir::open(&opts.checkpoint, &meta)?;
     let mut state = StateStore::open(&checkpoint.state_dir())?;
@@ -222,14 +229,11 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         (Output::Pipeline, None) => Box::new(LineSink(Box::new(std::io::stdout()))),
     };
     let source = Source::open(&pipeline.source, restored.as_ref().map(|m| &m.source), opts.stop.clone())?;
-    let mut run = Run {
-        name: pipeline.name.clone(),
-        state_version,
-        runtime: runtime.clone(),
-        checkpoint,
+    let streams = source.stream_names();
+    let mut ingest = Ingest {
+        source,
         failure: pipeline.failure,
         stop: opts.stop.clone(),
-        source,
         parsers: (0..pipeline.parse_parallelism)
             .map(|_| -> Result<Box<dyn ParseFns>, PluginError> {
                 if opts.native {
@@ -240,6 +244,15 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
                 }
             })
             .collect::<Result<_, _>>()?,
+    };
+    let mut run = Run {
+        name: pipeline.name.clone(),
+        state_version,
+        runtime: runtime.clone(),
+        checkpoint,
+        failure: pipeline.failure,
+        stop: opts.stop.clone(),
+        streams,
         transforms: pipeline
             .transforms
             .iter()
@@ -260,13 +273,14 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     let stop = opts.stop;
     let result = match pipeline.trigger {
         Trigger::Continuous { checkpoint_interval } => run.continuous(
+            &mut ingest,
             &mut batch_id,
             pipeline.source.max_offsets_per_trigger,
             checkpoint_interval,
             &stop,
             &mut progress,
         ),
-        _ => run.micro_batches(pipeline, &mut batch_id, &mut rerun, &stop, &mut progress),
+        _ => run.micro_batches(&mut ingest, pipeline, &mut batch_id, &mut rerun, &stop, &mut progress),
     };
     match result {
         Err(e) if e.is_stop() => {
@@ -281,6 +295,7 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
 impl Run {
     fn micro_batches(
         &mut self,
+        ingest: &mut Ingest,
         pipeline: &Pipeline,
         batch_id: &mut u64,
         rerun: &mut Option<Planned>,
@@ -290,6 +305,17 @@ impl Run {
         let mut next_start = Instant::now();
         let bounded = matches!(pipeline.trigger, Trigger::Once | Trigger::AvailableNow)
             || matches!(pipeline.source.kind, SourceKind::Replay { .. });
+        let limit = |id: u64| Limit {
+            records: match pipeline.trigger {
+                Trigger::Once => usize::MAX,
+                _ => batch_size(id, pipeline.source.max_offsets_per_trigger),
+            },
+            bounded,
+        };
+        // A processing-time trigger reads when it fires; the others read the next batch while
+        // the current one runs.
+        let read_ahead = !matches!(pipeline.trigger, Trigger::ProcessingTime { .. });
+        let mut ahead: Option<Ingested> = None;
         while !stop.load(Ordering::Relaxed) {
             if let Trigger::ProcessingTime { interval } = pipeline.trigger {
                 let now = Instant::now();
@@ -300,18 +326,16 @@ impl Run {
             }
             let t0 = Instant::now();
             let mut plan_time = Duration::ZERO;
-            let (batch, plan) = match rerun.take() {
-                Some(plan) => (self.source.read_until(&plan.end)?, plan),
+            let (ingested, plan) = match rerun.take() {
+                Some(plan) => (ingest.again(&plan)?, plan),
                 None => {
-                    let records = match pipeline.trigger {
-                        Trigger::Once => usize::MAX,
-                        _ => batch_size(*batch_id, pipeline.source.max_offsets_per_trigger),
+                    let mut ingested = match ahead.take() {
+                        Some(i) => i,
+                        None => ingest.next(limit(*batch_id))?,
                     };
-                    let start = self.source.offsets();
-                    let idle = self.window.as_ref().map(|w| w.watermark.idle(Instant::now())).unwrap_or_default();
-                    let (batch, flush) = match self.source.next_batch(Limit { records, bounded })? {
+                    let flush = match &ingested.batch {
                         Some(b) if b.is_empty() => continue,
-                        Some(b) => (b, false),
+                        Some(_) => false,
                         None => {
                             let flush = self
                                 .window
@@ -320,29 +344,43 @@ impl Run {
                             if !flush {
                                 break;
                             }
-                            (SourceBatch::default(), true)
+                            ingested.batch = Some(SourceBatch::default());
+                            true
                         }
                     };
-                    let end = self.source.offsets();
-                    let plan = Planned { batch_id: *batch_id, start, end, idle, flush, planned_at_ms: now_ms() };
+                    let idle = self.window.as_ref().map(|w| w.watermark.idle(Instant::now())).unwrap_or_default();
+                    let plan = Planned {
+                        batch_id: *batch_id,
+                        start: ingested.start.clone(),
+                        end: ingested.end.clone(),
+                        idle,
+                        flush,
+                        planned_at_ms: now_ms(),
+                    };
                     let t = Instant::now();
                     self.checkpoint.plan(&plan, &mut self.syncs)?;
                     plan_time = t.elapsed();
-                    (batch, plan)
+                    (ingested, plan)
                 }
             };
-            let read = t0.elapsed() - plan_time;
-            let (rows, mut report) = self.process(*batch_id, &batch, plan.flush, &plan.idle)?;
-            let t = Instant::now();
-            self.syncs.wait()?;
-            report.durations.sync_wait_ms = ms(t);
-            let t = Instant::now();
-            self.deliver(*batch_id, &rows)?;
-            report.durations.sink_ms = ms(t);
-            let t = Instant::now();
-            self.commit(*batch_id, plan.end, &report)?;
-            report.durations.commit_ms = ms(t);
-            report.durations.read_ms = read.as_secs_f64() * 1e3;
+            let waited = t0.elapsed() - plan_time;
+            let Ingested { batch, parsed, read_ms, parse_ms, .. } = ingested;
+            let batch = batch.unwrap_or_default();
+            let next = limit(*batch_id + 1);
+            let (done, prefetched) = std::thread::scope(|s| {
+                let reader = (read_ahead && !plan.flush).then(|| s.spawn(|| ingest.next(next)));
+                let done = self.run_batch(*batch_id, &batch, parsed, &plan);
+                let prefetched = reader.map(|r| {
+                    r.join().unwrap_or_else(|_| Err(PluginError::Engine("the reading thread panicked".into()).into()))
+                });
+                (done, prefetched)
+            });
+            let mut report = done?;
+            ahead = prefetched.transpose()?;
+            ingest.source.committed(&plan.end);
+            report.durations.read_ms = read_ms;
+            report.durations.parse_ms = parse_ms;
+            report.durations.read_wait_ms = waited.as_secs_f64() * 1e3;
             report.durations.plan_ms = plan_time.as_secs_f64() * 1e3;
             report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
             report.plugins = self.plugin_metrics();
@@ -352,9 +390,31 @@ impl Run {
         Ok(self.syncs.wait()?)
     }
 
+    /// A planned batch, from its parsed events to its commit.
+    fn run_batch(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        parsed: Parsed,
+        plan: &Planned,
+    ) -> Result<BatchProgress, RunError> {
+        let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
+        let t = Instant::now();
+        self.syncs.wait()?;
+        report.durations.sync_wait_ms = ms(t);
+        let t = Instant::now();
+        self.deliver(batch_id, &rows)?;
+        report.durations.sink_ms = ms(t);
+        let t = Instant::now();
+        self.commit(batch_id, plan.end.clone(), &report)?;
+        report.durations.commit_ms = ms(t);
+        Ok(report)
+    }
+
     /// Continuous mode: what has arrived, at once; the position committed on an interval.
     fn continuous(
         &mut self,
+        ingest: &mut Ingest,
         batch_id: &mut u64,
         max: usize,
         interval: Duration,
@@ -366,7 +426,7 @@ impl Run {
         let mut ended = false;
         while !stop.load(Ordering::Relaxed) && !ended {
             let t0 = Instant::now();
-            let batch = match &mut self.source {
+            let batch = match &mut ingest.source {
                 Source::Kafka(k) => k.poll_available(max, Duration::from_millis(50)).map_err(SourceError::from)?,
                 other => match other.next_batch(Limit { records: max, bounded: true })? {
                     Some(b) => b,
@@ -377,7 +437,8 @@ impl Run {
                 },
             };
             if !batch.is_empty() {
-                let (rows, report) = self.process(*batch_id, &batch, false, &[])?;
+                let parsed = ingest.parse(&batch)?;
+                let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;
                 self.deliver(*batch_id, &rows)?;
                 *batch_id += 1;
                 since.input_rows += report.input_rows;
@@ -390,8 +451,10 @@ impl Run {
                 if since.input_rows > 0 {
                     self.sink.sync()?;
                     let last = *batch_id - 1;
-                    self.commit(last, self.source.offsets(), &since)?;
+                    let at = ingest.source.offsets();
+                    self.commit(last, at.clone(), &since)?;
                     self.syncs.wait()?;
+                    ingest.source.committed(&at);
                     since.batch_id = last;
                     since.plugins = self.plugin_metrics();
                     progress.batch(&since);
@@ -431,7 +494,8 @@ impl Run {
     }
 
     /// Makes batch `batch_id` durable: side outputs, then the state with the source position
-    /// (the point of no return), then the commits log and the group offsets.
+    /// (the point of no return), then the commits log. (The caller then tells the source, for
+    /// the group offsets.)
     fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
         let meta = StateMeta {
             next_batch: batch_id + 1,
@@ -455,15 +519,15 @@ impl Run {
             rows_out: Some(report.rows_out),
             committed_at_ms: now_ms(),
         })?;
-        self.source.committed(&meta.source);
         Ok(())
     }
 
-    /// Everything between reading and delivering: parse, transform, window, emit.
+    /// Everything between parsing and delivering: dead letters, transform, window, emit.
     fn process(
         &mut self,
         batch_id: u64,
         batch: &SourceBatch,
+        parsed: Parsed,
         flush: bool,
         idle: &[PartitionId],
     ) -> Result<(Rows, BatchProgress), RunError> {
@@ -476,7 +540,7 @@ impl Run {
                 stage: "source",
                 kind: "malformed",
                 error: &bad.error,
-                source: &self.source.stream_name(bad.position.stream),
+                source: stream_name(&self.streams, bad.position.stream),
                 partition: bad.position.partition,
                 offset: bad.position.offset,
                 line: bad.position.line,
@@ -485,22 +549,10 @@ impl Run {
         }
         report.dead_letters += batch.bad.len();
 
-        let t = Instant::now();
-        let mut events = EventBatch::default();
-        if !batch.positions.is_empty() {
-            let (records, parsers) = (&batch.records, &mut self.parsers);
-            let (out, failed) = isolate(batch.len(), &self.failure, &self.stop, |r| {
-                if r.len() == batch.len() {
-                    parse_chunks(parsers, records)
-                } else {
-                    parsers[0].parse(&slice_records(records, r))
-                }
-            })?;
-            report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
-            report.dead_letters += self.plugin_failures(batch_id, "parse", batch, failed, None)?;
-            events = out.events;
-        }
-        d.parse_ms = ms(t);
+        let Parsed { out, failed } = parsed;
+        report.dead_letters += self.dead_letters(batch_id, "parse", batch, &out.errors, None)?;
+        report.dead_letters += self.plugin_failures(batch_id, "parse", batch, failed, None)?;
+        let mut events = out.events;
 
         let t = Instant::now();
         for i in 0..self.transforms.len() {
@@ -562,7 +614,7 @@ impl Run {
                         reason: "late: every window of this event had closed",
                         event_time: events.times[i],
                         watermark: in_force,
-                        source: &self.source.stream_name(pos.stream),
+                        source: stream_name(&self.streams, pos.stream),
                         partition: pos.partition,
                         offset: pos.offset,
                         line: pos.line,
@@ -650,7 +702,7 @@ impl Run {
                 stage,
                 kind,
                 error: &message,
-                source: &self.source.stream_name(pos.stream),
+                source: stream_name(&self.streams, pos.stream),
                 partition: pos.partition,
                 offset: pos.offset,
                 line: pos.line,
@@ -661,39 +713,8 @@ impl Run {
     }
 }
 
-/// Below this many records a batch is parsed in one call: a thread hand-off costs more.
-const MIN_PARALLEL_PARSE: usize = 4_096;
-
-/// Parses `records` in as many chunks as there are parsers, side by side (the first on this
-/// thread), and joins the outputs in order, so the events are those of one call over all.
-fn parse_chunks(parsers: &mut [Box<dyn ParseFns>], records: &RawBatch) -> Result<BatchOutput, PluginError> {
-    let n = records.value_ends.len();
-    if parsers.len() == 1 || n < MIN_PARALLEL_PARSE {
-        return parsers[0].parse(records);
-    }
-    let chunk = n.div_ceil(parsers.len());
-    let ranges: Vec<std::ops::Range<usize>> = (0..n).step_by(chunk).map(|s| s..(s + chunk).min(n)).collect();
-    let (first, rest) = parsers.split_at_mut(1);
-    let results: Vec<Result<BatchOutput, PluginError>> = std::thread::scope(|scope| {
-        let others: Vec<_> = rest
-            .iter_mut()
-            .zip(&ranges[1..])
-            .map(|(p, r)| {
-                let input = slice_records(records, r.clone());
-                scope.spawn(move || p.parse(&input))
-            })
-            .collect();
-        let mut results = vec![first[0].parse(&slice_records(records, ranges[0].clone()))];
-        for h in others {
-            results.push(h.join().unwrap_or_else(|_| Err(PluginError::Engine("a parser thread panicked".into()))));
-        }
-        results
-    });
-    let mut out = BatchOutput::empty();
-    for (r, result) in ranges.iter().zip(results) {
-        out.append(result?, r.start as u32);
-    }
-    Ok(out)
+fn stream_name(streams: &[String], stream: u16) -> &str {
+    streams.get(stream as usize).map_or("?", String::as_str)
 }
 
 /// Records in batch `batch_id`: batches start at [`FIRST_BATCH`] records and double up to `max`.

@@ -1,7 +1,7 @@
 //! Weir's host: the engine that runs a pipeline of sandboxed Wasm plugins over a stream.
 //!
 //! The modules follow the data's path:
-//! [`source`] → parse and transform (Wasm, via [`plugin`]) → [`watermark`] → [`window`] →
+//! [`source`] → [`parse`] and transform (Wasm, via [`plugin`]) → [`watermark`] → [`window`] →
 //! [`aggregate`] (Wasm accumulators in [`state`]) → [`emit`] → [`sink`] → [`checkpoint`]. The
 //! [`driver`] runs that loop, with [`side_output`] for dead letters and late data. [`pipeline`] reads the
 //! pipeline file; [`progress`] reports; [`workload`] makes the reference workload, and [`native`] is its
@@ -13,6 +13,7 @@ pub mod driver;
 pub mod emit;
 pub mod isolate;
 pub mod native;
+pub mod parse;
 pub mod pipeline;
 pub mod plugin;
 pub mod progress;

@@ -13,9 +13,15 @@ use crate::plugin::metrics::Snapshot;
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Durations {
+    /// Reading the batch from the source (ahead, on the reading thread, except for the first
+    /// batch and processing-time triggers).
     pub read_ms: f64,
+    /// Waiting for the reading thread to hand the batch over: the part of reading and parsing
+    /// that the previous batch's work did not cover.
+    pub read_wait_ms: f64,
     /// Writing the batch's plan to the offsets log (its sync runs beside the batch).
     pub plan_ms: f64,
+    /// Parsing (on the reading thread, like reading).
     pub parse_ms: f64,
     pub transform_ms: f64,
     pub aggregate_ms: f64,

@@ -22,7 +22,7 @@ mod waits;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use wasmtime::component::{Component, Linker};
@@ -74,8 +74,14 @@ impl Default for RowBatch {
 /// The WIT package version this host implements; components must match its major.minor.
 pub const WIT_VERSION: &str = "0.3.0";
 
-/// How often the epoch ticks; call deadlines are whole ticks.
+/// How often the epoch ticks: how often a long call's deadline and fair share are checked.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// How long a call runs flat out before, when other pipelines share the process, it starts
+/// giving way: past it, each tick of running is followed by three of sleep. A batch call of a
+/// healthy plugin takes a few milliseconds and never gets there; a runaway one (a loop waiting
+/// for its deadline) gets a quarter of a core, and the other tenants keep the rest.
+const FAIR_SLICE: Duration = Duration::from_millis(20);
 
 /// The process-wide Wasm runtime. Cheap to share (`Arc`); stops its epoch thread on drop.
 pub struct Runtime {
@@ -86,6 +92,17 @@ pub struct Runtime {
     /// Fuel metering is on: every store gets fuel before each call.
     fuel: bool,
     metrics: metrics::Registry,
+    /// Pipelines running in this process.
+    pipelines: Arc<AtomicUsize>,
+}
+
+/// A pipeline running on a [`Runtime`], until dropped.
+pub struct PipelineGuard(Arc<AtomicUsize>);
+
+impl Drop for PipelineGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Runtime {
@@ -121,16 +138,31 @@ impl Runtime {
             .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
-        Ok(Arc::new(Self { engine, linker, cache, ticker, fuel, metrics: metrics::Registry::default() }))
+        Ok(Arc::new(Self {
+            engine,
+            linker,
+            cache,
+            ticker,
+            fuel,
+            metrics: metrics::Registry::default(),
+            pipelines: Arc::default(),
+        }))
     }
 
-    /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,
-    /// else `~/.cache/weir/components`.
     /// Every plugin stage's metrics in this process.
     pub fn metrics(&self) -> &metrics::Registry {
         &self.metrics
     }
 
+    /// Counts a pipeline as running until the guard drops. With more than one, calls past
+    /// their fair slice give way to the others.
+    pub fn enter_pipeline(&self) -> PipelineGuard {
+        self.pipelines.fetch_add(1, Ordering::Relaxed);
+        PipelineGuard(self.pipelines.clone())
+    }
+
+    /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,
+    /// else `~/.cache/weir/components`.
     pub fn default_cache_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("WEIR_CACHE_DIR") {
             return PathBuf::from(d);

@@ -14,7 +14,7 @@ use wasmtime_wasi_http::{
 
 use super::bindings::weir::plugin::{host, types};
 use super::metrics::{PluginMetrics, StageLabels, bump};
-use super::{EPOCH_TICK, Runtime};
+use super::{EPOCH_TICK, FAIR_SLICE, Runtime};
 
 /// Everything the host needs to run one plugin stage.
 #[derive(Debug, Clone)]
@@ -162,6 +162,10 @@ impl PluginError {
 
 pub use types::PluginError as WitError;
 
+/// Ticks a call past its fair slice sleeps for each tick it runs, when other pipelines share the
+/// process: such a call gets a quarter of a core.
+const GIVE_WAY: u32 = 3;
+
 /// Elements a plugin's tables may grow to (function references, mostly).
 const MAX_TABLE_ELEMENTS: usize = 100_000;
 
@@ -305,7 +309,9 @@ pub(crate) struct Sandbox<R: Role> {
     pre: InstancePre<HostState>,
     indices: R::Indices,
     live: Option<(Store<HostState>, R::Guest)>,
-    deadline_ticks: u64,
+    /// Ticks before a call's first check: its fair slice, or its deadline if sooner.
+    first_check_ticks: u64,
+    pipelines: Arc<std::sync::atomic::AtomicUsize>,
     /// Calls served by the live instance.
     calls: u64,
     /// The engine meters fuel.
@@ -335,7 +341,8 @@ impl<R: Role> Sandbox<R> {
             role: R::NAME,
             interface: R::INTERFACE,
         })?;
-        let deadline_ticks = (spec.limits.call_timeout.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
+        let first_check = spec.limits.call_timeout.min(FAIR_SLICE);
+        let first_check_ticks = (first_check.as_millis() / EPOCH_TICK.as_millis()).max(1) as u64;
         if spec.limits.fuel.is_some() && !runtime.fuel {
             return Err(PluginError::Engine(format!(
                 "stage {}: limits.fuel needs a runtime created with fuel metering",
@@ -348,7 +355,8 @@ impl<R: Role> Sandbox<R> {
             pre,
             indices,
             live: None,
-            deadline_ticks,
+            first_check_ticks,
+            pipelines: runtime.pipelines.clone(),
             calls: 0,
             fuel: runtime.fuel,
             metrics,
@@ -421,6 +429,20 @@ impl<R: Role> Sandbox<R> {
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
+        // Runs each tick once a call has run for its fair slice: ends it at its deadline, and
+        // while other pipelines share the process, sleeps GIVE_WAY ticks for each tick it runs.
+        let pipelines = self.pipelines.clone();
+        store.epoch_deadline_callback(move |cx| {
+            let s = cx.data();
+            let now = Instant::now();
+            if now >= s.deadline {
+                return Err(wasmtime::Trap::Interrupt.into());
+            }
+            if pipelines.load(std::sync::atomic::Ordering::Relaxed) > 1 {
+                std::thread::sleep((EPOCH_TICK * GIVE_WAY).min(s.deadline - now));
+            }
+            Ok(wasmtime::UpdateDeadline::Continue(1))
+        });
         Ok(store)
     }
 
@@ -428,7 +450,7 @@ impl<R: Role> Sandbox<R> {
         if self.live.is_none() {
             self.calls = 0;
             let mut store = self.fresh_store()?;
-            store.set_epoch_deadline(self.deadline_ticks);
+            store.set_epoch_deadline(self.first_check_ticks);
             if self.fuel {
                 // Start-up (instantiation, the role probe) is bounded by the deadline alone.
                 store.set_fuel(u64::MAX).map_err(|e| PluginError::Engine(e.to_string()))?;
@@ -465,7 +487,7 @@ impl<R: Role> Sandbox<R> {
         &mut self,
         f: impl FnOnce(&R::Guest, &mut Store<HostState>) -> wasmtime::Result<Result<T, WitError>>,
     ) -> Result<T, PluginError> {
-        let ticks = self.deadline_ticks;
+        let ticks = self.first_check_ticks;
         let fuel = self.fuel.then(|| self.spec.limits.fuel.unwrap_or(u64::MAX));
         self.calls += 1;
         let m = self.metrics.clone();

@@ -221,8 +221,8 @@ impl KafkaSource {
         Ok(Self { consumer, topics: cfg.topics.clone(), parts, index, bound: None, stop, last_error_log: None })
     }
 
-    pub fn topic(&self, stream: u16) -> &str {
-        self.topics.get(stream as usize).map_or("?", String::as_str)
+    pub fn topics(&self) -> &[String] {
+        &self.topics
     }
 
     pub fn offsets(&self) -> Vec<TopicOffset> {

@@ -176,11 +176,12 @@ impl Source {
         }
     }
 
-    /// A human name for a stream, for dead letters and late output.
-    pub fn stream_name(&self, stream: u16) -> String {
+    /// Human names of the streams (`Position::stream` indexes them), for dead letters and
+    /// late output.
+    pub fn stream_names(&self) -> Vec<String> {
         match self {
-            Source::Replay(s) => s.path().display().to_string(),
-            Source::Kafka(s) => s.topic(stream).to_string(),
+            Source::Replay(s) => vec![s.path().display().to_string()],
+            Source::Kafka(s) => s.topics().to_vec(),
         }
     }
 }
