@@ -284,7 +284,10 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
     };
     match result {
         Err(e) if e.is_stop() => {
-            tracing::info!("{}: stopped while waiting; the batch re-runs on restart", pipeline.name)
+            tracing::info!(
+                "{}: stopped while waiting; a planned batch that was not committed re-runs on restart",
+                pipeline.name
+            )
         }
         other => other?,
     }
@@ -376,7 +379,6 @@ impl Run {
                 (done, prefetched)
             });
             let mut report = done?;
-            ahead = prefetched.transpose()?;
             ingest.source.committed(&plan.end);
             report.durations.read_ms = read_ms;
             report.durations.parse_ms = parse_ms;
@@ -386,6 +388,9 @@ impl Run {
             report.plugins = self.plugin_metrics();
             progress.batch(&report);
             *batch_id += 1;
+            // The next batch's read failing (or stopped) is that batch's business: this one is
+            // committed and counted.
+            ahead = prefetched.transpose()?;
         }
         Ok(self.syncs.wait()?)
     }
