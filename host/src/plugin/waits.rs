@@ -45,55 +45,39 @@ pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()
     )?;
 
     let mut s = linker.instance(&format!("wasi:io/streams@{WASI_IO}"))?;
-    s.func_wrap(
-        "[method]input-stream.blocking-read",
-        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynInputStream>, u64)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostInputStream::blocking_read(table, it, len))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
-    s.func_wrap(
-        "[method]input-stream.blocking-skip",
-        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynInputStream>, u64)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostInputStream::blocking_skip(table, it, len))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
-    s.func_wrap(
+    // Each stream method: the same arguments, the same call, under the deadline.
+    macro_rules! bounded {
+        ($name:literal, $method:path, $($arg:ident: $ty:ty),+) => {
+            s.func_wrap($name, |mut cx: StoreContextMut<'_, HostState>, ($($arg,)+): ($($ty,)+)| {
+                let (deadline, table) = cx.data_mut().waiting();
+                let r = until(deadline, $method(table, $($arg),+))?;
+                Ok((stream_result(table, r)?,))
+            })?;
+        };
+    }
+    use streams::{HostInputStream as In, HostOutputStream as Out};
+    bounded!("[method]input-stream.blocking-read", In::blocking_read, it: Resource<DynInputStream>, len: u64);
+    bounded!("[method]input-stream.blocking-skip", In::blocking_skip, it: Resource<DynInputStream>, len: u64);
+    bounded!(
         "[method]output-stream.blocking-write-and-flush",
-        |mut cx: StoreContextMut<'_, HostState>, (it, bytes): (Resource<DynOutputStream>, Vec<u8>)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostOutputStream::blocking_write_and_flush(table, it, bytes))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
-    s.func_wrap(
+        Out::blocking_write_and_flush,
+        it: Resource<DynOutputStream>,
+        bytes: Vec<u8>
+    );
+    bounded!(
         "[method]output-stream.blocking-write-zeroes-and-flush",
-        |mut cx: StoreContextMut<'_, HostState>, (it, len): (Resource<DynOutputStream>, u64)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostOutputStream::blocking_write_zeroes_and_flush(table, it, len))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
-    s.func_wrap(
-        "[method]output-stream.blocking-flush",
-        |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynOutputStream>,)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostOutputStream::blocking_flush(table, it))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
-    s.func_wrap(
+        Out::blocking_write_zeroes_and_flush,
+        it: Resource<DynOutputStream>,
+        len: u64
+    );
+    bounded!("[method]output-stream.blocking-flush", Out::blocking_flush, it: Resource<DynOutputStream>);
+    bounded!(
         "[method]output-stream.blocking-splice",
-        |mut cx: StoreContextMut<'_, HostState>,
-         (it, from, len): (Resource<DynOutputStream>, Resource<DynInputStream>, u64)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            let r = until(deadline, streams::HostOutputStream::blocking_splice(table, it, from, len))?;
-            Ok((stream_result(table, r)?,))
-        },
-    )?;
+        Out::blocking_splice,
+        it: Resource<DynOutputStream>,
+        from: Resource<DynInputStream>,
+        len: u64
+    );
     linker.allow_shadowing(false);
     Ok(())
 }
