@@ -71,6 +71,20 @@ impl SourceBatch {
         self.positions.is_empty() && self.bad.is_empty()
     }
 
+    /// Room for `n` records of ~128 bytes, so a batch's columns do not grow record by record.
+    fn with_capacity(n: usize) -> Self {
+        let mut b = Self::default();
+        let r = &mut b.records;
+        r.values.reserve(n * 128);
+        r.value_ends.reserve(n);
+        r.key_ends.reserve(n);
+        r.timestamps.reserve(n);
+        r.partitions.reserve(n);
+        r.offsets.reserve(n);
+        b.positions.reserve(n);
+        b
+    }
+
     fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
         let r = &mut self.records;
         r.values.extend_from_slice(value);

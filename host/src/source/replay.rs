@@ -94,42 +94,47 @@ impl ReplaySource {
     }
 
     fn read(&mut self, max: usize, end: u64) -> Result<SourceBatch, ReplayError> {
-        let mut batch = SourceBatch::default();
+        let io = |path: &Path, e| ReplayError::Io { path: path.to_path_buf(), source: e };
+        let mut batch = SourceBatch::with_capacity(max.min(1 << 16));
         while batch.len() + batch.bad.len() < max && self.pos < end {
-            self.buf.clear();
-            let n = self
-                .reader
-                .read_until(b'\n', &mut self.buf)
-                .map_err(|e| ReplayError::Io { path: self.path.clone(), source: e })?;
-            if n == 0 {
-                break;
-            }
-            // A last line without its newline may still be being written: leave it for later.
-            if self.buf.last() != Some(&b'\n') {
-                self.reader
-                    .seek(SeekFrom::Start(self.pos))
-                    .map_err(|e| ReplayError::Io { path: self.path.clone(), source: e })?;
-                break;
-            }
+            // Lines are taken straight from the reader's buffer; one that straddles the end of
+            // the buffer (or the file's last, unfinished line) is collected in `buf`.
+            let available = self.reader.fill_buf().map_err(|e| io(&self.path, e))?;
+            // The line, the bytes it takes in the file, and whether it is still in the buffer.
+            let (line, n, buffered) = match memchr::memchr(b'\n', available) {
+                Some(i) => (&available[..i], i + 1, true),
+                None => {
+                    self.buf.clear();
+                    let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| io(&self.path, e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    // A last line without its newline may still be being written: leave it.
+                    if self.buf.last() != Some(&b'\n') {
+                        self.reader.seek(SeekFrom::Start(self.pos)).map_err(|e| io(&self.path, e))?;
+                        break;
+                    }
+                    (&self.buf[..n - 1], n, false)
+                }
+            };
             self.pos += n as u64;
             self.line += 1;
-            let mut line = &self.buf[..n - 1];
-            if line.last() == Some(&b'\r') {
-                line = &line[..line.len() - 1];
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if !line.iter().all(u8::is_ascii_whitespace) {
+                let default_pos = Position { stream: 0, partition: 0, offset: self.line as i64 - 1, line: self.line };
+                match self.format {
+                    ReplayFormat::Envelope => match decode_envelope(line, default_pos, batch.len() as u32) {
+                        Ok((value, key, ts, pos, headers)) => {
+                            batch.records.headers.extend(headers);
+                            batch.push(&value, key.as_bytes(), ts, pos);
+                        }
+                        Err(error) => batch.bad.push(BadRecord { position: default_pos, error, raw: line.to_vec() }),
+                    },
+                    _ => batch.push(line, b"", -1, default_pos),
+                }
             }
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            let default_pos = Position { stream: 0, partition: 0, offset: self.line as i64 - 1, line: self.line };
-            match self.format {
-                ReplayFormat::Envelope => match decode_envelope(line, default_pos, batch.len() as u32) {
-                    Ok((value, key, ts, pos, headers)) => {
-                        batch.records.headers.extend(headers);
-                        batch.push(&value, key.as_bytes(), ts, pos);
-                    }
-                    Err(error) => batch.bad.push(BadRecord { position: default_pos, error, raw: line.to_vec() }),
-                },
-                _ => batch.push(line, b"", -1, default_pos),
+            if buffered {
+                self.reader.consume(n);
             }
         }
         Ok(batch)
@@ -218,6 +223,33 @@ mod tests {
         assert_eq!(b.positions[0], Position { stream: 0, partition: 0, offset: 3, line: 4 });
         // The unterminated last line is not read until it is complete.
         assert_eq!(s.next_batch(10).unwrap().len(), 0);
+    }
+
+    /// Lines are taken from the reader's 1 MiB buffer; the ones that straddle its end, and a last
+    /// line finished only after a first read, come out whole and in place.
+    #[test]
+    fn lines_across_the_read_buffer_and_a_line_finished_later_come_out_whole() {
+        let lines: Vec<String> =
+            (0..40_000).map(|i| format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(i % 50))).collect();
+        let mut f = file(&(lines.join("\n") + "\n{\"n\":\"la"));
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        let mut got = Vec::new();
+        loop {
+            let b = s.next_batch(7_000).unwrap();
+            if b.is_empty() {
+                break;
+            }
+            got.extend((0..b.len()).map(|i| {
+                let start = if i == 0 { 0 } else { b.records.value_ends[i - 1] as usize };
+                String::from_utf8(b.records.values[start..b.records.value_ends[i] as usize].to_vec()).unwrap()
+            }));
+        }
+        assert_eq!(got, lines);
+        f.write_all(b"st\"}\n").unwrap();
+        let b = s.next_batch(10).unwrap();
+        assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"n\":\"last\"}"[..], 40_001));
+        let size = std::fs::metadata(f.path()).unwrap().len();
+        assert_eq!(s.position(), ReplayPosition { byte: size, line: 40_001 });
     }
 
     #[test]
