@@ -77,6 +77,17 @@ impl<'a> Event<'a> {
         }
     }
 
+    /// Whether top-level field `name` is the string `value`: compared as bytes when the field
+    /// holds no escapes, so nothing is decoded or validated (an aggregator's filter on a status,
+    /// once per event). `Ok(false)` when the field is absent or not a string.
+    pub fn field_is(&self, name: &str, value: &str) -> Result<bool, RecordError> {
+        match crate::field::top_level_field(self.row, name).map_err(RecordError::malformed)? {
+            Some([b'"', inner @ .., b'"']) if !inner.contains(&b'\\') => Ok(inner == value.as_bytes()),
+            Some(raw @ [b'"', ..]) => Ok(serde_json::from_slice::<String>(raw)? == value),
+            _ => Ok(false),
+        }
+    }
+
     /// A top-level string field, borrowed from the row unless it holds escapes.
     pub fn field_str(&self, name: &str) -> Result<Option<Cow<'a, str>>, RecordError> {
         let Some(raw) = crate::field::top_level_field(self.row, name).map_err(RecordError::malformed)? else {
@@ -289,5 +300,20 @@ impl Emitter {
 
     pub(crate) fn finish(self) -> types::EventBatch {
         self.batch
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn field_is_compares_strings_escaped_or_not_and_nothing_else() {
+        let is = |row: &str| Event { time: 0, key: None, row: row.as_bytes() }.field_is("status", "ERROR").unwrap();
+        assert!(is(r#"{"id":1,"status":"ERROR"}"#));
+        assert!(is(r#"{"status":"ERR\u004fR"}"#));
+        assert!(!is(r#"{"status":"OK"}"#));
+        assert!(!is(r#"{"status":1}"#));
+        assert!(!is(r#"{"nested":{"status":"ERROR"}}"#));
     }
 }

@@ -29,7 +29,11 @@ impl ParseFns for Orders {
         for (i, &end) in input.value_ends.iter().enumerate() {
             let value = &input.values[start as usize..end as usize];
             start = end;
-            match serde_json::from_slice::<Order>(value) {
+            // As the SDK's `Record::json`: the whole value checked to be UTF-8, then decoded.
+            let order = std::str::from_utf8(value)
+                .map_err(|e| e.to_string())
+                .and_then(|text| serde_json::from_str::<Order>(text).map_err(|e| e.to_string()));
+            match order {
                 Ok(order) => {
                     e.times.push(order.order_ts);
                     if let Some(user) = order.user_id.filter(|_| self.key_by_user) {
@@ -40,11 +44,9 @@ impl ParseFns for Orders {
                     e.row_ends.push(e.rows.len() as u32);
                     e.origins.push(i as u32);
                 }
-                Err(err) => out.errors.push(RecordError {
-                    index: i as u32,
-                    kind: RecordErrorKind::Malformed,
-                    message: err.to_string(),
-                }),
+                Err(message) => {
+                    out.errors.push(RecordError { index: i as u32, kind: RecordErrorKind::Malformed, message })
+                }
             }
         }
         Ok(out)
@@ -67,12 +69,12 @@ struct Output {
     error_rate: f64,
 }
 
-/// Whether the row's `status` is `"ERROR"`, read as `Event::field_str` reads it.
+/// Whether the row's `status` is `"ERROR"`, read as the SDK's `Event::field_is` reads it.
 fn is_error(row: &[u8]) -> Result<bool, String> {
     match field::top_level_field(row, "status")? {
-        None => Ok(false),
         Some([b'"', inner @ .., b'"']) if !inner.contains(&b'\\') => Ok(inner == b"ERROR"),
-        Some(raw) => Ok(serde_json::from_slice::<String>(raw).map_err(|e| e.to_string())? == "ERROR"),
+        Some(raw @ [b'"', ..]) => Ok(serde_json::from_slice::<String>(raw).map_err(|e| e.to_string())? == "ERROR"),
+        _ => Ok(false),
     }
 }
 

@@ -31,9 +31,11 @@ impl Aggregator for ErrorRate {
 
     fn add(&self, acc: &mut Acc, event: &Event<'_>) -> Result<(), PluginError> {
         // One field of a row the parser already validated: no need to decode the whole row.
-        let status = event.field_str("status").map_err(|e| PluginError::Internal(format!("bad row: {e:?}")))?;
+        let error = event
+            .field_is("status", &self.error_status)
+            .map_err(|e| PluginError::Internal(format!("bad row: {e:?}")))?;
         acc.count += 1;
-        acc.errors += u64::from(status.as_deref() == Some(self.error_status.as_str()));
+        acc.errors += u64::from(error);
         Ok(())
     }
 
