@@ -237,7 +237,9 @@ pub fn run(pipeline: &Pipeline, runtime: &Arc<Runtime>, opts: RunOptions) -> Res
         parsers: (0..pipeline.parse_parallelism)
             .map(|_| -> Result<Box<dyn ParseFns>, PluginError> {
                 if opts.native {
-                    let key_by_user = pipeline.parse.config_json.contains("\"key_by_user\":true");
+                    let config: serde_json::Value =
+                        serde_json::from_str(&pipeline.parse.config_json).unwrap_or_default();
+                    let key_by_user = config["key_by_user"] == true;
                     Ok(Box::new(crate::native::Orders { key_by_user }))
                 } else {
                     Ok(Box::new(Parser::new(runtime, pipeline.parse.clone())?))
