@@ -46,6 +46,10 @@ impl StateStore {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Every batch writes its changes through the memtable; a smaller one is a shallower skip
+        // list to insert into. Measured on sessions per user (writes dominate): 64 MB (RocksDB's
+        // default) 0.29M events/s, 16 MB 0.34M, 8 MB 0.35M; panes write a few keys a batch.
+        opts.set_write_buffer_size(16 << 20);
         let db = DB::open(&opts, path).map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
         Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
     }
