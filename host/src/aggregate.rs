@@ -387,6 +387,10 @@ impl WindowOperator for SessionOperator {
             }
             ivs.sort_by_key(|iv| (iv.start, iv.id));
             for (start, end, ids) in merge_sessions(&ivs) {
+                // A stored session that no event of this batch reaches stays as it is, unwritten.
+                if matches!(ids.as_slice(), [id] if *id < stored.len()) {
+                    continue;
+                }
                 let mut s = Session { start, end, key: key.to_vec(), stored: Vec::new(), events: Vec::new() };
                 for id in ids {
                     if id < stored.len() {
@@ -398,12 +402,7 @@ impl WindowOperator for SessionOperator {
                         s.events.push(evs[id - stored.len()].1);
                     }
                 }
-                if !s.events.is_empty() {
-                    sessions.push(s);
-                } else if let [acc] = s.stored.as_slice() {
-                    // Untouched by this batch: put it back as it was.
-                    put_session(state, &s.key, s.start, s.end, acc);
-                }
+                sessions.push(s);
             }
         }
         if sessions.is_empty() {
