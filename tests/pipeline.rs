@@ -126,13 +126,9 @@ fn bad_records_go_to_dead_letters_with_position_and_reason() {
     let events = dir.path().join("events.jsonl");
     std::fs::write(&events, text).unwrap();
     let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
-    let dl = dir.path().join("dl.jsonl");
-    let out =
-        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
-    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+    let Tested { rows, dead, stderr } = weir_test_dead_letters(&p, &events);
     assert_eq!(rows.len(), 1);
     assert_eq!((rows[0]["count"].as_u64(), rows[0]["errors"].as_u64()), (Some(2), Some(1)));
-    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     let lines: Vec<u64> = dead.iter().map(|d| d["line"].as_u64().unwrap()).collect();
     assert_eq!(lines, vec![2, 3, 4, 5]);
     let kinds: Vec<&str> = dead.iter().map(|d| d["kind"].as_str().unwrap()).collect();
@@ -140,7 +136,7 @@ fn bad_records_go_to_dead_letters_with_position_and_reason() {
     assert!(dead[1]["error"].as_str().unwrap().contains("order_ts"));
     assert_eq!(dead[0]["value"], "this is not json");
     assert!(dead.iter().all(|d| d["stage"] == "parse"));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("4 dead letters"));
+    assert!(stderr.contains("4 dead letters"));
 }
 
 #[test]
@@ -378,11 +374,8 @@ fn parallel_parsing_gives_the_same_windows_and_dead_letters() {
     let p = pipeline(dir.path(), Spec { window: TUMBLING, ..Default::default() });
     let text = std::fs::read_to_string(&p).unwrap().replace("[parse]\n", "[parse]\nparallelism = 3\n");
     std::fs::write(&p, text).unwrap();
-    let dl = dir.path().join("dl.jsonl");
-    let run = weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output();
-    let rows = json_lines(&String::from_utf8(ok(run.unwrap()).stdout).unwrap());
+    let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
     assert_eq!(windows_of(&rows), sliding_reference(&kept_orders(&clean).0, 60_000, 60_000));
-    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), bad);
 }
 

@@ -62,10 +62,7 @@ fn every_attack_is_contained_and_named_and_no_other_record_is_lost() {
     listener.set_nonblocking(true).unwrap();
     let (events, attacks) = poisoned_orders(dir.path(), &listener.local_addr().unwrap().to_string());
     let p = hostile_pipeline(dir.path(), "retries = 1\nbackoff = \"10ms\"");
-    let dl = dir.path().join("dead.jsonl");
-    let out =
-        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
-    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+    let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
 
     // Every order, once, in order; plus what the clock, env and random probes saw.
     let orders: Vec<_> = rows.iter().filter(|r| r.get("order_id").is_some()).cloned().collect();
@@ -76,7 +73,6 @@ fn every_attack_is_contained_and_named_and_no_other_record_is_lost() {
     assert!(listener.accept().is_err(), "the plugin must not have connected");
     assert!(rows.iter().all(|r| r.get("slept").is_none()), "the sleep must have been cut short");
 
-    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     let expect = [
         ("loop", "limits.call_timeout"),
         // Asleep in the host, out of epoch interruption's reach: the wait itself is bounded.
@@ -164,12 +160,8 @@ fn a_fuel_budget_stops_a_loop_deterministically_and_good_records_fit_in_it() {
     );
     let p = dir.path().join("fueled.toml");
     std::fs::write(&p, text).unwrap();
-    let dl = dir.path().join("dead.jsonl");
-    let out =
-        ok(weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output().unwrap());
-    let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
+    let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
     assert_eq!(rows, vec![serde_json::json!({"order_ts": 1}), serde_json::json!({"order_ts": 2})]);
-    let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
     assert_eq!(dead.len(), 1);
     assert!(dead[0]["error"].as_str().unwrap().contains("limits.fuel"), "{}", dead[0]);
 }
@@ -212,10 +204,7 @@ fn events_the_aggregator_fails_on_are_dead_letters_and_the_windows_count_the_res
             text.replace(&component("error_rate").display().to_string(), &component("hostile").display().to_string()),
         )
         .unwrap();
-        let dl = dir.path().join("dead.jsonl");
-        let _ = std::fs::remove_file(&dl);
-        let run = weir().arg("test").arg(&p).arg("--events").arg(&events).arg("--dead-letters").arg(&dl).output();
-        let rows = json_lines(&String::from_utf8(ok(run.unwrap()).stdout).unwrap());
+        let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
 
         let counted: BTreeMap<(i64, i64), u64> = rows
             .iter()
@@ -229,7 +218,6 @@ fn events_the_aggregator_fails_on_are_dead_letters_and_the_windows_count_the_res
         let want: BTreeMap<(i64, i64), u64> = reference.iter().map(|((s, e, _), (n, _))| ((*s, *e), *n)).collect();
         assert_eq!(counted, want, "{window}");
 
-        let dead = json_lines(&std::fs::read_to_string(&dl).unwrap());
         assert_eq!(dead.len(), poison.len(), "only the poison events are dead letters: {dead:#?}");
         for (d, (line, attack)) in dead.iter().zip(&poison) {
             let error = d["error"].as_str().unwrap();

@@ -107,6 +107,33 @@ pub fn weir_test(pipeline: &Path, events: &Path) -> Vec<serde_json::Value> {
     json_lines(&String::from_utf8(out.stdout).unwrap())
 }
 
+/// What `weir test` gave: its rows, its dead letters and its stderr.
+pub struct Tested {
+    pub rows: Vec<serde_json::Value>,
+    pub dead: Vec<serde_json::Value>,
+    pub stderr: String,
+}
+
+/// Runs `weir test` with a fresh dead-letter file beside `events`; panics unless it succeeds.
+pub fn weir_test_dead_letters(pipeline: &Path, events: &Path) -> Tested {
+    let dl = events.with_extension("dead-letters.jsonl");
+    let _ = std::fs::remove_file(&dl);
+    let out = ok(weir()
+        .arg("test")
+        .arg(pipeline)
+        .arg("--events")
+        .arg(events)
+        .arg("--dead-letters")
+        .arg(&dl)
+        .output()
+        .unwrap());
+    Tested {
+        rows: json_lines(&String::from_utf8(out.stdout).unwrap()),
+        dead: std::fs::read_to_string(&dl).map(|t| json_lines(&t)).unwrap_or_default(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
 pub struct Order {
     pub ts: i64,
     pub user: u64,
