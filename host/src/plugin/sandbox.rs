@@ -14,7 +14,7 @@ use wasmtime_wasi_http::{
 
 use super::bindings::weir::plugin::{host, types};
 use super::metrics::{PluginMetrics, StageLabels, bump};
-use super::{EPOCH_TICK, FAIR_SLICE, Runtime};
+use super::{EPOCH_TICK, FAIR_SLICE, GIVE_WAY, Runtime};
 
 /// Everything the host needs to run one plugin stage.
 #[derive(Debug, Clone)]
@@ -161,10 +161,6 @@ impl PluginError {
 }
 
 pub use types::PluginError as WitError;
-
-/// Ticks a call past its fair slice sleeps for each tick it runs, when other pipelines share the
-/// process: such a call gets a quarter of a core.
-const GIVE_WAY: u32 = 3;
 
 /// Elements a plugin's tables may grow to (function references, mostly).
 const MAX_TABLE_ELEMENTS: usize = 100_000;
