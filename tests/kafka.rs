@@ -28,7 +28,17 @@ fn kafka_pipeline(dir: &Path, brokers: &str, topic: &str, max: usize, trigger: &
         format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&dir.join("windows")), dir.join("checkpoint").display());
     std::fs::create_dir_all(dir.join("windows")).unwrap();
     let source = kafka_source(brokers, topic, max);
-    let p = pipeline(dir, Spec { window: TUMBLING, extra: &extra, source: &source, ..Default::default() });
+    // These runs are compared with every window of the input: they flush at its end.
+    let p = pipeline(
+        dir,
+        Spec {
+            window: TUMBLING,
+            watermark: "flush_at_end = true",
+            extra: &extra,
+            source: &source,
+            ..Default::default()
+        },
+    );
     let text = std::fs::read_to_string(&p).unwrap().replace("mode = \"available-now\"", trigger);
     std::fs::write(&p, text).unwrap();
     p

@@ -1,6 +1,6 @@
 //! Fast Kafka tests on librdkafka's mock cluster, in this test process on a loopback port
 //! (`weir` runs as a separate process and connects to it like to any broker). Within the mock's
-//! limits (DESIGN.md §6): ≤ 5 MiB per partition; transactions commit, but `read_committed`
+//! limits (`tests/common/kafka.rs`): ≤ 5 MiB per partition; transactions commit, but `read_committed`
 //! would also show aborted records, so these tests never abort one.
 
 mod common;
@@ -22,7 +22,8 @@ fn to_kafka(dir: &std::path::Path, brokers: &str, checkpoint: &str) -> std::path
         dir.join(checkpoint).display()
     );
     let source = kafka_source(brokers, "orders", 2_000);
-    pipeline(dir, Spec { window: TUMBLING, extra: &extra, source: &source, ..Default::default() })
+    let flush = "flush_at_end = true";
+    pipeline(dir, Spec { window: TUMBLING, watermark: flush, extra: &extra, source: &source, ..Default::default() })
 }
 
 #[test]
@@ -47,16 +48,79 @@ fn the_kafka_sink_writes_each_batch_in_a_transaction_once() {
     assert_eq!(windows_of(&rows), want);
     assert!(first.iter().all(|o| o.batch.is_some()), "every message carries its batch id");
 
-    // A new checkpoint recomputes every batch; the sink finds them in the topic and skips them.
+    // A replay from a fresh checkpoint is other deliveries, not re-deliveries: it writes every
+    // window again, under its own checkpoint identity.
     let p = to_kafka(dir.path(), &brokers, "checkpoint-again");
-    let out = ok(weir().arg("run").arg(&p).env("WEIR_LOG", "info").output().unwrap());
-    let log = String::from_utf8_lossy(&out.stderr);
-    assert!(log.contains("are already in topic windows"), "{log}");
-    // A marker at the end of each partition: once both are read, so is everything before them.
-    produce_markers(&brokers, 2);
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let all = read_to_markers(&brokers);
+    assert_eq!(all.len(), 2 * n, "the replay wrote its output");
+    let by_checkpoint = per_checkpoint(&all);
+    assert_eq!(by_checkpoint.len(), 2);
+    for rows in by_checkpoint.values() {
+        assert_eq!(windows_of(rows), want);
+    }
+}
+
+/// The transactional Kafka sink through repeated `kill -9`: every window once. A batch whose
+/// transaction committed before the kill, and whose checkpoint did not, is found in the topic
+/// under this checkpoint's identity and skipped on the re-run.
+#[test]
+fn the_kafka_sink_writes_each_window_once_through_repeated_kill_9() {
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 2, 1).unwrap();
+    cluster.create_topic("windows", 2, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 20_000, 6);
+    produce_lines(&brokers, "orders", 2, &events, true);
+    let (kept, _) = kept_orders(&events);
+    let p = to_kafka(dir.path(), &brokers, "checkpoint");
+    let kills = kill_repeatedly(&p, 12);
+    assert!(kills >= 6, "only {kills} kills landed");
+    let all = read_to_markers(&brokers);
+    let by_checkpoint = per_checkpoint(&all);
+    assert_eq!(by_checkpoint.len(), 1, "one checkpoint throughout");
+    for rows in by_checkpoint.values() {
+        assert_eq!(windows_of(rows), sliding_reference(&kept, 60_000, 60_000), "each window once");
+    }
+}
+
+/// Everything in the `windows` topic, up to a marker produced at the end of each partition now.
+fn read_to_markers(brokers: &str) -> Vec<Out> {
+    produce_markers(brokers, 2);
     let markers = |o: &[Out]| o.iter().filter(|r| r.value["marker"] == true).count() == 2;
-    let all = read_topic(&brokers, "windows", markers, Duration::from_secs(30));
-    assert_eq!(all.len(), n + 2, "the second run produced no duplicates");
+    let mut all = read_topic(brokers, "windows", markers, Duration::from_secs(30));
+    all.retain(|o| o.value["marker"] != true);
+    all
+}
+
+/// Output rows by the checkpoint that delivered them.
+fn per_checkpoint(out: &[Out]) -> std::collections::BTreeMap<String, Vec<serde_json::Value>> {
+    let mut by = std::collections::BTreeMap::<String, Vec<serde_json::Value>>::new();
+    for o in out {
+        let checkpoint = o.checkpoint.clone().expect("every message carries its checkpoint");
+        by.entry(checkpoint).or_default().push(o.value.clone());
+    }
+    by
+}
+
+/// `plugins/orders-alerts/pipeline.toml` (continuous mode, Kafka to Kafka) on `cluster`, reading
+/// from the earliest offset, with its checkpoint in `dir`.
+fn alerts_pipeline(
+    cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
+    dir: &std::path::Path,
+) -> std::path::PathBuf {
+    cluster.create_topic("orders", 1, 1).unwrap();
+    cluster.create_topic("orders-alerts", 1, 1).unwrap();
+    let text = std::fs::read_to_string(root().join("plugins/orders-alerts/pipeline.toml"))
+        .unwrap()
+        .replace("127.0.0.1:9092", &cluster.bootstrap_servers())
+        .replace("starting_offsets = \"latest\"", "starting_offsets = \"earliest\"")
+        .replace("../dist/", &format!("{}/", root().join("plugins/dist").display()))
+        .replace("../../out/orders-alerts/checkpoint", &dir.join("checkpoint").display().to_string());
+    let p = dir.join("alerts.toml");
+    std::fs::write(&p, text).unwrap();
+    p
 }
 
 fn produce_markers(brokers: &str, partitions: i32) {
@@ -73,18 +137,9 @@ fn produce_markers(brokers: &str, partitions: i32) {
 #[test]
 fn continuous_mode_passes_records_through_as_they_arrive_and_stops_on_sigterm() {
     let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic("orders", 1, 1).unwrap();
-    cluster.create_topic("orders-alerts", 1, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
-    let text = std::fs::read_to_string(root().join("plugins/orders-alerts/pipeline.toml"))
-        .unwrap()
-        .replace("127.0.0.1:9092", &brokers)
-        .replace("starting_offsets = \"latest\"", "starting_offsets = \"earliest\"")
-        .replace("../dist/", &format!("{}/", root().join("plugins/dist").display()))
-        .replace("../../out/orders-alerts/checkpoint", &dir.path().join("checkpoint").display().to_string());
-    let p = dir.path().join("alerts.toml");
-    std::fs::write(&p, text).unwrap();
+    let p = alerts_pipeline(&cluster, dir.path());
 
     let mut child = weir().arg("run").arg(&p).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     // Records produced while it runs come out without any trigger.
@@ -141,4 +196,45 @@ fn weir_record_captures_key_timestamp_partition_offset_and_headers() {
         assert_eq!(l["timestamp"], order["order_ts"]);
         assert_eq!(l["headers"]["producer"], "weir-test");
     }
+}
+
+/// The metrics endpoint is a real HTTP server: clients that connect and send nothing do not
+/// hold up a scrape, and stay connected while it is answered.
+#[test]
+fn a_scrape_is_answered_beside_idle_connections() {
+    use std::io::Read;
+    let cluster = MockCluster::new(1).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let p = alerts_pipeline(&cluster, dir.path());
+    let mut child = weir()
+        .arg("run")
+        .arg(&p)
+        .args(["--metrics-addr", "127.0.0.1:0"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines.next().expect("weir ended before serving metrics").unwrap();
+        if let Some(rest) = line.strip_prefix("metrics at http://") {
+            break rest.trim_end_matches("/metrics").to_string();
+        }
+    };
+    let idle: Vec<std::net::TcpStream> = (0..3).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
+    let mut response = ureq::get(&format!("http://{addr}/metrics")).call().unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.body_mut().read_to_string().unwrap();
+    assert!(body.contains("weir_plugin_calls_total{pipeline=\"orders-alerts\""), "{body}");
+    for conn in &idle {
+        conn.set_nonblocking(true).unwrap();
+        let mut byte = [0u8; 1];
+        let still_open = matches!((&*conn).read(&mut byte), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock);
+        assert!(still_open, "an idle connection was closed before the scrape was answered");
+    }
+    ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());
+    for line in lines {
+        line.unwrap();
+    }
+    assert!(child.wait().unwrap().success());
 }

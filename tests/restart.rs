@@ -13,7 +13,8 @@ fn output_is_identical_after_repeated_kill_9() {
     let events = orders(dir.path(), 200_000, 13);
     let windows = dir.path().join("windows");
     let late = dir.path().join("late.jsonl");
-    let watermark = format!("late = \"side-output\"\nlate_path = \"{}\"", late.display());
+    // Compared with every window of the input: the run flushes at its end.
+    let watermark = format!("late = \"side-output\"\nlate_path = \"{}\"\nflush_at_end = true", late.display());
     let extra =
         format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
     let p = pipeline(dir.path(), Spec { window: TUMBLING, watermark: &watermark, extra: &extra, ..Default::default() });

@@ -243,7 +243,7 @@ fn accumulators_that_do_not_decode_stop_the_pipeline_and_lose_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let HalfRun { pipeline: p, events, windows } = half_run(dir.path(), 20_000, 4);
 
-    let good = std::fs::read_to_string(&p).unwrap().replace("flush_at_end = false", "");
+    let good = std::fs::read_to_string(&p).unwrap().replace("flush_at_end = false", "flush_at_end = true");
     let (rate, hostile) = (component("error_rate").display().to_string(), component("hostile").display().to_string());
     std::fs::write(&p, good.replace(&rate, &hostile)).unwrap();
     let out = weir().arg("run").arg(&p).output().unwrap();

@@ -68,13 +68,9 @@ fn run_beside(pipelines: &[&Path]) -> (f64, bool, String, String) {
 }
 
 fn get_metrics(addr: &str) -> String {
-    use std::io::{Read, Write};
-    let mut conn = std::net::TcpStream::connect(addr).unwrap();
-    conn.write_all(b"GET /metrics HTTP/1.1\r\nHost: weir\r\n\r\n").unwrap();
-    let mut text = String::new();
-    conn.read_to_string(&mut text).unwrap();
-    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
-    text
+    let mut response = ureq::get(&format!("http://{addr}/metrics")).call().unwrap();
+    assert_eq!(response.status(), 200);
+    response.body_mut().read_to_string().unwrap()
 }
 
 /// The value of one series in a Prometheus scrape.

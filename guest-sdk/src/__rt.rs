@@ -4,7 +4,7 @@
 use std::sync::OnceLock;
 
 use crate::batch::{EventBatchView, RawBatchView};
-use crate::{Aggregator, Config, Emitter, Parser, PluginError, Rows, Sink, Transformer, types};
+use crate::{Aggregator, Config, Delivery, Emitter, Parser, PluginError, Rows, Sink, Transformer, types};
 
 pub use crate::__bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
 pub use crate::types::{BatchOutput, EventBatch, PluginError as WitError, RawBatch};
@@ -17,7 +17,9 @@ fn role<T>(cell: &OnceLock<T>, new: fn(&Config) -> Result<T, PluginError>) -> Re
     if let Some(v) = cell.get() {
         return Ok(v);
     }
-    let v = new(&Config::from_host()?)?;
+    let config = Config::from_host()?;
+    let v = new(&config)?;
+    config.check_all_read()?;
     Ok(cell.get_or_init(|| v))
 }
 
@@ -175,19 +177,23 @@ pub fn sink_open<S: Sink>(cell: &OnceLock<S>) -> WitResult<()> {
     Ok(role(cell, S::new)?.open()?)
 }
 
-pub fn sink_write<S: Sink>(cell: &OnceLock<S>, batch_id: u64, rows: sink::RowBatch) -> WitResult<()> {
+fn delivery(d: &sink::Delivery) -> Delivery<'_> {
+    Delivery { checkpoint: &d.checkpoint, batch_id: d.batch_id }
+}
+
+pub fn sink_write<S: Sink>(cell: &OnceLock<S>, d: sink::Delivery, rows: sink::RowBatch) -> WitResult<()> {
     if !S::IMPLEMENTED {
         return Err(unsupported("sink"));
     }
     let s = role(cell, S::new)?;
-    Ok(s.write_batch(batch_id, Rows::new(&rows.rows, &rows.row_ends)?)?)
+    Ok(s.write_batch(&delivery(&d), Rows::new(&rows.rows, &rows.row_ends)?)?)
 }
 
-pub fn sink_commit<S: Sink>(cell: &OnceLock<S>, batch_id: u64) -> WitResult<()> {
+pub fn sink_commit<S: Sink>(cell: &OnceLock<S>, d: sink::Delivery) -> WitResult<()> {
     if !S::IMPLEMENTED {
         return Err(unsupported("sink"));
     }
-    Ok(role(cell, S::new)?.commit(batch_id)?)
+    Ok(role(cell, S::new)?.commit(&delivery(&d))?)
 }
 
 /// Exports a plugin's roles as a `weir:plugin` component.
@@ -275,11 +281,11 @@ macro_rules! __export_plugin {
                 fn open() -> Result<(), rt::WitError> {
                     rt::sink_open(&SINK)
                 }
-                fn write_batch(batch_id: u64, rows: rt::sink::RowBatch) -> Result<(), rt::WitError> {
-                    rt::sink_write(&SINK, batch_id, rows)
+                fn write_batch(delivery: rt::sink::Delivery, rows: rt::sink::RowBatch) -> Result<(), rt::WitError> {
+                    rt::sink_write(&SINK, delivery, rows)
                 }
-                fn commit(batch_id: u64) -> Result<(), rt::WitError> {
-                    rt::sink_commit(&SINK, batch_id)
+                fn commit(delivery: rt::sink::Delivery) -> Result<(), rt::WitError> {
+                    rt::sink_commit(&SINK, delivery)
                 }
             }
 

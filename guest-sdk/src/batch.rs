@@ -132,6 +132,23 @@ impl<'a> Rows<'a> {
     }
 }
 
+/// Which delivery a sink's batch is: the identity of the checkpoint that planned it (a UUID,
+/// later checkpoints sorting after earlier ones) and its batch id there. An exactly-once sink
+/// keeps each delivery once, keyed on both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delivery<'a> {
+    pub checkpoint: &'a str,
+    pub batch_id: u64,
+}
+
+impl Delivery<'_> {
+    /// A name for the delivery that sorts by checkpoint, then batch: `CHECKPOINT-BATCHID`, the
+    /// batch id zero-padded to 20 digits.
+    pub fn key(&self) -> String {
+        format!("{}-{:020}", self.checkpoint, self.batch_id)
+    }
+}
+
 /// The range of item `i` in a column whose item ends are `ends`. Callers check `ends` first.
 fn span(ends: &[u32], i: usize) -> std::ops::Range<usize> {
     let start = if i == 0 { 0 } else { ends[i - 1] as usize };

@@ -26,7 +26,8 @@
 //!
 //! Rows are UTF-8 JSON objects. A plugin keeps nothing between calls that matters for results:
 //! the host may replace an instance at any time, and the trait values built by `new` exist only
-//! to hold parsed configuration.
+//! to hold parsed configuration. A `config` key that `new` never reads is refused as
+//! `invalid-config`, naming the key: a typo must not silently run with a default.
 
 extern crate self as weir_guest;
 
@@ -38,7 +39,7 @@ mod roles;
 #[doc(hidden)]
 pub mod __rt;
 
-pub use batch::{Emitter, Event, Header, Record, Rows};
+pub use batch::{Delivery, Emitter, Event, Header, Record, Rows};
 pub use config::Config;
 pub use roles::{Aggregator, Parser, Sink, Transformer, Unsupported};
 
@@ -49,7 +50,8 @@ pub use wit_bindgen as __wit_bindgen;
 pub mod __bindings {
     wit_bindgen::generate!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.3.0",
+        // The world by name alone: its package version is `wit/plugin.wit`'s, said once there.
+        world: "plugin",
         pub_export_macro: true,
         export_macro_name: "__export_plugin_world",
         runtime_path: "::weir_guest::__wit_bindgen::rt",

@@ -5,7 +5,7 @@
 
 use serde::{Serialize, de::DeserializeOwned};
 
-use crate::{Config, Emitter, Event, PluginError, Record, RecordError, Rows};
+use crate::{Config, Delivery, Emitter, Event, PluginError, Record, RecordError, Rows};
 
 /// Turns raw source records into events.
 pub trait Parser: Sized + Send + Sync + 'static {
@@ -65,9 +65,10 @@ pub trait Aggregator: Sized + Send + Sync + 'static {
     const IMPLEMENTED: bool = true;
 }
 
-/// A foreachBatch-style sink. The same batch id always carries the same rows, and a batch may
-/// be delivered again after a crash: skip (or overwrite) a batch id already written to be
-/// exactly-once.
+/// A foreachBatch-style sink. The same [`Delivery`] always carries the same rows, and a batch
+/// may be delivered again after a crash: skip (or overwrite) a delivery already written to be
+/// exactly-once. Key on the whole delivery, not the batch id alone: another checkpoint's batch 7
+/// (a replay from scratch, a second pipeline writing to the same place) is other rows.
 pub trait Sink: Sized + Send + Sync + 'static {
     fn new(config: &Config) -> Result<Self, PluginError>;
 
@@ -76,11 +77,11 @@ pub trait Sink: Sized + Send + Sync + 'static {
         Ok(())
     }
 
-    /// Writes, or stages for [`Sink::commit`], the rows of one batch.
-    fn write_batch(&self, batch_id: u64, rows: Rows<'_>) -> Result<(), PluginError>;
+    /// Writes, or stages for [`Sink::commit`], the rows of one delivery.
+    fn write_batch(&self, delivery: &Delivery<'_>, rows: Rows<'_>) -> Result<(), PluginError>;
 
-    /// Makes a staged batch visible. Must be idempotent.
-    fn commit(&self, _batch_id: u64) -> Result<(), PluginError> {
+    /// Makes a staged delivery visible. Must be idempotent.
+    fn commit(&self, _delivery: &Delivery<'_>) -> Result<(), PluginError> {
         Ok(())
     }
 
@@ -132,7 +133,7 @@ impl Sink for Unsupported {
     fn new(_: &Config) -> Result<Self, PluginError> {
         Ok(Unsupported)
     }
-    fn write_batch(&self, _: u64, _: Rows<'_>) -> Result<(), PluginError> {
+    fn write_batch(&self, _: &Delivery<'_>, _: Rows<'_>) -> Result<(), PluginError> {
         Ok(())
     }
     const IMPLEMENTED: bool = false;

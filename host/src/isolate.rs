@@ -12,16 +12,16 @@
 
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
-use crate::aggregate::AggregateError;
+use crate::columns;
+use crate::operator::OperatorError;
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
 
 /// A failure the input may have caused, which retrying or isolating can get past. Anything else
 /// (a component that cannot be instantiated, a plugin that says its configuration is wrong or
 /// that it cannot read its state) stops the pipeline.
-pub fn isolatable(e: &PluginError) -> bool {
+pub(crate) fn isolatable(e: &PluginError) -> bool {
     matches!(
         e,
         PluginError::Trap { .. }
@@ -32,7 +32,7 @@ pub fn isolatable(e: &PluginError) -> bool {
 }
 
 /// An error of a stage `isolate` can work on.
-pub trait StageFailure: std::fmt::Display {
+pub(crate) trait StageFailure: std::fmt::Display {
     fn isolatable(&self) -> bool;
     /// The error for a run stopped (by SIGTERM) in the middle of isolating after `self`.
     fn stopped(&self) -> Self;
@@ -47,21 +47,21 @@ impl StageFailure for PluginError {
     }
 }
 
-impl StageFailure for AggregateError {
+impl StageFailure for OperatorError {
     fn isolatable(&self) -> bool {
-        matches!(self, AggregateError::Plugin(e) if isolatable(e))
+        matches!(self, OperatorError::Plugin(e) if isolatable(e))
     }
     fn stopped(&self) -> Self {
         let stage = match self {
-            AggregateError::Plugin(e) => e.stage().to_string(),
+            OperatorError::Plugin(e) => e.stage().to_string(),
             _ => String::new(),
         };
-        AggregateError::Plugin(PluginError::Stopped { stage })
+        OperatorError::Plugin(PluginError::Stopped { stage })
     }
 }
 
 /// What a stage returns for a range of items, and how the parts join up.
-pub trait StageOutput {
+pub(crate) trait StageOutput {
     fn empty() -> Self;
     /// Appends `o`, whose item indices count from `offset`.
     fn append(&mut self, o: Self, offset: u32);
@@ -74,12 +74,9 @@ impl StageOutput for BatchOutput {
     }
     fn append(&mut self, o: Self, offset: u32) {
         let (d, s) = (&mut self.events, o.events);
-        let (rows, keys) = (d.rows.len() as u32, d.keys.len() as u32);
         d.times.extend(s.times);
-        d.rows.extend(s.rows);
-        d.row_ends.extend(s.row_ends.iter().map(|e| e + rows));
-        d.keys.extend(s.keys);
-        d.key_ends.extend(s.key_ends.iter().map(|e| e + keys));
+        columns::append(&mut d.rows, &mut d.row_ends, &s.rows, &s.row_ends);
+        columns::append(&mut d.keys, &mut d.key_ends, &s.keys, &s.key_ends);
         d.origins.extend(s.origins.iter().map(|o| o + offset));
         self.errors.extend(o.errors.into_iter().map(|mut e| {
             e.index += offset;
@@ -88,7 +85,7 @@ impl StageOutput for BatchOutput {
     }
 }
 
-/// Aggregate: the indices of late events.
+/// Operators: the indices of late events.
 impl StageOutput for Vec<u32> {
     fn empty() -> Self {
         Vec::new()
@@ -99,29 +96,19 @@ impl StageOutput for Vec<u32> {
 }
 
 /// The items that failed on their own, with their errors.
-pub type Isolated<E> = Vec<(usize, E)>;
+pub(crate) type Isolated<E> = Vec<(usize, E)>;
 
 /// Calls `call` over items `0..n` under `policy`; returns the output of the items that went
 /// through (indices relative to `0..n`) and the items that failed alone.
-pub fn isolate<O: StageOutput, E: StageFailure>(
+pub(crate) fn isolate<O: StageOutput, E: StageFailure>(
     n: usize,
     policy: &FailurePolicy,
     stop: &AtomicBool,
     mut call: impl FnMut(Range<usize>) -> Result<O, E>,
 ) -> Result<(O, Isolated<E>), E> {
-    let mut backoff = policy.backoff;
-    let mut attempt = 0;
-    let first = loop {
-        match call(0..n) {
-            Ok(out) => return Ok((out, Vec::new())),
-            Err(e) if e.isolatable() && attempt < policy.retries && !stop.load(Ordering::Relaxed) => {
-                tracing::warn!("{e}; retrying the batch in {backoff:?}");
-                sleep_unless(stop, backoff);
-                backoff *= 2;
-                attempt += 1;
-            }
-            Err(e) => break e,
-        }
+    let first = match policy.retry().run(stop, "the batch failed", || call(0..n), E::isolatable) {
+        Ok(out) => return Ok((out, Vec::new())),
+        Err(e) => e.into_inner(),
     };
     if policy.fail_fast || !first.isolatable() {
         return Err(first);
@@ -163,17 +150,10 @@ fn bisect<O: StageOutput, E: StageFailure>(
     Ok(())
 }
 
-pub(crate) fn sleep_unless(stop: &AtomicBool, d: Duration) {
-    let until = Instant::now() + d;
-    while !stop.load(Ordering::Relaxed) && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(10).min(until - Instant::now()));
-    }
-}
-
 /// Records `range` of a raw batch, as a batch of their own.
-pub fn slice_records(b: &RawBatch, range: Range<usize>) -> RawBatch {
-    let (v, vends) = slice_column(&b.values, &b.value_ends, range.clone());
-    let (k, kends) = slice_column(&b.keys, &b.key_ends, range.clone());
+pub(crate) fn slice_records(b: &RawBatch, range: Range<usize>) -> RawBatch {
+    let (v, vends) = columns::slice(&b.values, &b.value_ends, range.clone());
+    let (k, kends) = columns::slice(&b.keys, &b.key_ends, range.clone());
     let headers = b
         .headers
         .iter()
@@ -193,9 +173,9 @@ pub fn slice_records(b: &RawBatch, range: Range<usize>) -> RawBatch {
 }
 
 /// Events `range` of a batch, as a batch of their own (origins kept as they are).
-pub fn slice_events(b: &EventBatch, range: Range<usize>) -> EventBatch {
-    let (rows, row_ends) = slice_column(&b.rows, &b.row_ends, range.clone());
-    let (keys, key_ends) = slice_column(&b.keys, &b.key_ends, range.clone());
+pub(crate) fn slice_events(b: &EventBatch, range: Range<usize>) -> EventBatch {
+    let (rows, row_ends) = columns::slice(&b.rows, &b.row_ends, range.clone());
+    let (keys, key_ends) = columns::slice(&b.keys, &b.key_ends, range.clone());
     EventBatch {
         times: b.times[range.clone()].to_vec(),
         keys,
@@ -206,14 +186,10 @@ pub fn slice_events(b: &EventBatch, range: Range<usize>) -> EventBatch {
     }
 }
 
-fn slice_column(data: &[u8], ends: &[u32], range: Range<usize>) -> (Vec<u8>, Vec<u32>) {
-    let start = if range.start == 0 { 0 } else { ends[range.start - 1] };
-    let end = if range.is_empty() { start } else { ends[range.end - 1] };
-    (data[start as usize..end as usize].to_vec(), ends[range].iter().map(|e| e - start).collect())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     /// A fake stage over items 0..n: item i becomes event i; items in `poison` make any call

@@ -1,26 +1,33 @@
-//! Weir's host: the engine that runs a pipeline of sandboxed Wasm plugins over a stream.
+//! Weir's host: the engine that runs a pipeline of sandboxed Wasm plugins over a stream, and the
+//! `weir` command line ([`cli`], the one public item).
 //!
 //! The modules follow the data's path:
-//! [`source`] → [`parse`] and transform (Wasm, via [`plugin`]) → [`watermark`] → [`window`] →
-//! [`aggregate`] (Wasm accumulators in [`state`]) → [`emit`] → [`sink`] → [`checkpoint`]. The
-//! [`driver`] runs that loop, with [`side_output`] for dead letters and late data. [`pipeline`] reads the
-//! pipeline file; [`progress`] reports; [`workload`] makes the reference workload, and [`native`] is its
-//! logic as host code, the baseline the sandbox is measured against.
+//! `source` (Kafka, recorded events) → `ingest` (read ahead, parse through a Wasm parser from
+//! `plugin`) → transforms (Wasm) → `operator` (`aggregate`: windows over `window`, state in
+//! `state`, event time from `watermark`) → `sink` → `checkpoint`. The `driver` runs that loop,
+//! with `side_output` for dead letters and late events and `isolate` for failing plugins.
+//! `pipeline` reads the pipeline file; `progress` reports; `workload` makes the reference
+//! workload, and `native` is its logic as host code, the baseline the sandbox is measured
+//! against. `columns`, `retry` and `kafka` are helpers the others share.
 
-pub mod aggregate;
-pub mod checkpoint;
-pub mod driver;
-pub mod emit;
-pub mod isolate;
-pub mod native;
-pub mod parse;
-pub mod pipeline;
-pub mod plugin;
-pub mod progress;
-pub mod side_output;
-pub mod sink;
-pub mod source;
-pub mod state;
-pub mod watermark;
-pub mod window;
-pub mod workload;
+mod aggregate;
+mod checkpoint;
+pub mod cli;
+mod columns;
+mod driver;
+mod ingest;
+mod isolate;
+mod kafka;
+mod native;
+mod operator;
+mod pipeline;
+mod plugin;
+mod progress;
+mod retry;
+mod side_output;
+mod sink;
+mod source;
+mod state;
+mod watermark;
+mod window;
+mod workload;

@@ -1,18 +1,60 @@
 //! The orders parser and the error-rate aggregator (`plugins/orders-json`,
 //! `plugins/error-rate`) as host code, for comparison only: `weir bench --native` runs the same
-//! pipeline through these, so the difference is what the sandbox and the Wasm boundary cost.
-//! Same logic, same rows out; the accumulator is 16 bytes instead of the SDK's JSON.
+//! pipeline through these stages instead of the plugins, so the difference is what the sandbox
+//! and the Wasm boundary cost. Same logic, same rows out; the accumulator is 16 bytes instead of
+//! the SDK's JSON.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use serde::Deserialize;
 
+use crate::columns;
+use crate::driver::{self, RunError, Stages};
+use crate::pipeline::Pipeline;
 use crate::plugin::{
     AggregateFns, BatchOutput, EventBatch, ParseFns, PluginError, RawBatch, RecordError, RecordErrorKind,
 };
 
+/// Why a pipeline cannot run on the native stages.
+#[derive(Debug, thiserror::Error)]
+#[error("the native baseline replaces orders_json.wasm and error_rate.wasm, with no transforms; {0}")]
+pub(crate) struct NotTheOrdersPipeline(&'static str);
+
+/// The orders pipeline's stages as host code: the same parser (with its `key_by_user` config)
+/// and aggregator, the pipeline's window, and `output`.
+pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool>) -> Result<Stages, RunError> {
+    let uses = |path: &Path, name: &str| path.file_name().is_some_and(|f| f == name);
+    let refuse = |why| PluginError::Engine(NotTheOrdersPipeline(why).to_string());
+    let w = p.windowed.as_ref().ok_or_else(|| refuse("this pipeline has no aggregate"))?;
+    if !uses(&p.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
+        return Err(refuse("this pipeline uses other plugins").into());
+    }
+    if !p.transforms.is_empty() {
+        return Err(refuse("this pipeline has transforms").into());
+    }
+    #[derive(Deserialize, Default)]
+    struct OrdersConfig {
+        #[serde(default)]
+        key_by_user: bool,
+    }
+    let config: OrdersConfig = serde_json::from_str(&p.parse.config_json).unwrap_or_default();
+    Ok(Stages {
+        parsers: (0..p.parse_parallelism)
+            .map(|_| Box::new(Orders { key_by_user: config.key_by_user }) as Box<dyn ParseFns>)
+            .collect(),
+        transforms: Vec::new(),
+        operator: crate::aggregate::operator(w, Box::new(ErrorRate)),
+        sink: driver::sink(p, output, None, stop)?,
+        runtime: None,
+    })
+}
+
 /// `plugins/orders-json`: event time `order_ts`, key `user_id` when `key_by_user`, the record
 /// as the row.
-pub struct Orders {
-    pub key_by_user: bool,
+struct Orders {
+    key_by_user: bool,
 }
 
 #[derive(Deserialize)]
@@ -25,10 +67,7 @@ impl ParseFns for Orders {
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
         let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
         let e = &mut out.events;
-        let mut start = 0;
-        for (i, &end) in input.value_ends.iter().enumerate() {
-            let value = &input.values[start as usize..end as usize];
-            start = end;
+        for (i, value) in columns::items(&input.values, &input.value_ends).enumerate() {
             // As the SDK's `Record::json`: the whole value checked to be UTF-8, then decoded.
             let order = std::str::from_utf8(value)
                 .map_err(|e| e.to_string())
@@ -36,12 +75,9 @@ impl ParseFns for Orders {
             match order {
                 Ok(order) => {
                     e.times.push(order.order_ts);
-                    if let Some(user) = order.user_id.filter(|_| self.key_by_user) {
-                        e.keys.extend_from_slice(user.to_string().as_bytes());
-                    }
-                    e.key_ends.push(e.keys.len() as u32);
-                    e.rows.extend_from_slice(value);
-                    e.row_ends.push(e.rows.len() as u32);
+                    let key = order.user_id.filter(|_| self.key_by_user).map(|u| u.to_string()).unwrap_or_default();
+                    columns::push(&mut e.keys, &mut e.key_ends, key.as_bytes());
+                    columns::push(&mut e.rows, &mut e.row_ends, value);
                     e.origins.push(i as u32);
                 }
                 Err(message) => {
@@ -59,7 +95,7 @@ impl ParseFns for Orders {
 mod field;
 
 /// `plugins/error-rate` with `error_status = "ERROR"`.
-pub struct ErrorRate;
+struct ErrorRate;
 
 /// The plugin's output row, field for field, so the rows are byte for byte the same.
 #[derive(serde::Serialize)]
@@ -107,9 +143,7 @@ impl AggregateFns for ErrorRate {
         for (acc, &end) in accs.iter().zip(group_ends) {
             let (mut count, mut errors) = decode(acc);
             for &m in &members[from as usize..end as usize] {
-                let m = m as usize;
-                let start = if m == 0 { 0 } else { events.row_ends[m - 1] as usize };
-                let row = &events.rows[start..events.row_ends[m] as usize];
+                let row = columns::item(&events.rows, &events.row_ends, m as usize);
                 let error = is_error(row).map_err(|e| PluginError::Contract {
                     stage: self.stage().into(),
                     message: format!("bad row: {e}"),

@@ -12,7 +12,7 @@ use crate::plugin::metrics::Snapshot;
 
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Durations {
+pub(crate) struct Durations {
     /// Reading the batch from the source (ahead, on the reading thread, except for the first
     /// batch and processing-time triggers).
     pub read_ms: f64,
@@ -36,7 +36,7 @@ pub struct Durations {
 /// What one batch did.
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct BatchProgress {
+pub(crate) struct BatchProgress {
     pub batch_id: u64,
     #[serde(rename = "numInputRows")]
     pub input_rows: usize,
@@ -50,8 +50,13 @@ pub struct BatchProgress {
     pub windows_emitted: usize,
     #[serde(rename = "numRowsOut")]
     pub rows_out: usize,
-    /// Epoch ms; absent for pipelines without event time.
+    /// Epoch ms; absent for pipelines without event time. The real watermark: the largest
+    /// event time seen, less the delay, over the partitions (never +∞, even when flushing).
     pub watermark: Option<i64>,
+    /// Where a flush at the end of input advanced the operator to (this run's or an earlier
+    /// one's): windows final under it were emitted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flushed_to: Option<i64>,
     pub state_keys: u64,
     #[serde(rename = "durationMs")]
     pub durations: Durations,
@@ -73,7 +78,7 @@ struct ProgressLine<'a> {
 
 /// Totals of a run.
 #[derive(Debug, Default, Clone, Serialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub batches: u64,
     pub input_rows: u64,
     pub events: u64,
@@ -89,11 +94,13 @@ pub struct Summary {
     pub first_batch_s: Option<f64>,
     /// Each plugin stage's metrics at the end.
     pub plugins: BTreeMap<String, Snapshot>,
+    /// A stop (SIGTERM, Ctrl-C) ended the run before the end of its bounded input.
+    pub interrupted: bool,
 }
 
 impl Summary {
     /// The human summary printed at the end of a run.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let wm = self.final_watermark.map_or("none".to_string(), show_time);
         let mut plugins = String::new();
         for (stage, m) in &self.plugins {
@@ -125,7 +132,7 @@ impl Summary {
 }
 
 /// An event time as RFC 3339, or `-inf`/`+inf` for the watermark's extremes.
-pub fn show_time(ms: i64) -> String {
+pub(crate) fn show_time(ms: i64) -> String {
     match ms {
         i64::MIN => "-inf".into(),
         i64::MAX => "+inf (end of input)".into(),
@@ -135,7 +142,7 @@ pub fn show_time(ms: i64) -> String {
 }
 
 /// Collects batch reports; prints them as configured.
-pub struct Progress {
+pub(crate) struct Progress {
     name: String,
     json: bool,
     human_every: Option<Duration>,
@@ -146,12 +153,12 @@ pub struct Progress {
 
 impl Progress {
     /// `json`: a JSON line per batch. `human_every`: a progress line at most this often.
-    pub fn new(name: &str, json: bool, human_every: Option<Duration>) -> Self {
+    pub(crate) fn new(name: &str, json: bool, human_every: Option<Duration>) -> Self {
         let now = Instant::now();
         Self { name: name.into(), json, human_every, last_line: now, started: now, total: Summary::default() }
     }
 
-    pub fn batch(&mut self, b: &BatchProgress) {
+    pub(crate) fn batch(&mut self, b: &BatchProgress) {
         let t = &mut self.total;
         t.first_batch_s.get_or_insert_with(|| self.started.elapsed().as_secs_f64());
         t.batches += 1;
@@ -190,7 +197,12 @@ impl Progress {
         }
     }
 
-    pub fn finish(mut self, elapsed: Duration, watermark: Option<i64>, plugins: BTreeMap<String, Snapshot>) -> Summary {
+    pub(crate) fn finish(
+        mut self,
+        elapsed: Duration,
+        watermark: Option<i64>,
+        plugins: BTreeMap<String, Snapshot>,
+    ) -> Summary {
         self.total.plugins = plugins;
         self.total.elapsed_s = elapsed.as_secs_f64();
         self.total.rows_per_s = rate(self.total.input_rows, self.total.elapsed_s);

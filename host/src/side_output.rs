@@ -1,9 +1,12 @@
 //! Side outputs: the dead-letter file (records that could not be processed, with their reason and
-//! source position) and the late-data file (events late for every window).
+//! source position) and the late-data file (events late for everything they belong to).
 //!
 //! Both are append-only JSON lines whose committed length is part of each checkpoint. On
 //! restart a file is cut back to that length, so lines written by a batch that did not commit
 //! are written again by its re-run exactly once: nothing lost, nothing twice.
+//!
+//! [`DeadLetters`] and [`LateEvents`] are what the stages write through: they trace an item of
+//! any stage back to its source record (stage outputs carry `origins`) and say where it was read.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
@@ -11,27 +14,30 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::columns;
+use crate::plugin::{EventBatch, RecordError, RecordErrorKind};
+use crate::source::SourceBatch;
+
 #[derive(Debug, thiserror::Error)]
 #[error("side output {}", path.display())]
-pub struct SideOutputError {
+pub(crate) struct SideOutputError {
     path: PathBuf,
     source: std::io::Error,
 }
 
-pub struct SideOutput {
+pub(crate) struct SideOutput {
     path: PathBuf,
     /// Opened on the first line, so a run without bad records leaves no empty file behind.
     file: Option<BufWriter<File>>,
     len: u64,
-    written: u64,
 }
 
 impl SideOutput {
     /// Prepares `path`, cutting an existing file back to `committed_len` (what the last
     /// checkpoint saw).
-    pub fn open(path: &Path, committed_len: u64) -> Result<Self, SideOutputError> {
+    pub(crate) fn open(path: &Path, committed_len: u64) -> Result<Self, SideOutputError> {
         let err = |e| SideOutputError { path: path.to_path_buf(), source: e };
-        let mut out = Self { path: path.to_path_buf(), file: None, len: committed_len, written: 0 };
+        let mut out = Self { path: path.to_path_buf(), file: None, len: committed_len };
         if path.exists() {
             out.file = Some(out.open_file().map_err(err)?);
         }
@@ -48,11 +54,7 @@ impl SideOutput {
         Ok(BufWriter::new(file))
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    pub fn write<T: Serialize>(&mut self, line: &T) -> Result<(), SideOutputError> {
+    pub(crate) fn write<T: Serialize>(&mut self, line: &T) -> Result<(), SideOutputError> {
         let err = |path: &Path, e| SideOutputError { path: path.to_path_buf(), source: e };
         let mut bytes = serde_json::to_vec(line).map_err(|e| err(&self.path, std::io::Error::other(e)))?;
         bytes.push(b'\n');
@@ -63,54 +65,191 @@ impl SideOutput {
             f.write_all(&bytes).map_err(|e| err(&self.path, e))?;
         }
         self.len += bytes.len() as u64;
-        self.written += 1;
         Ok(())
     }
 
     /// Flushes to the OS and returns the length to record in the checkpoint.
-    pub fn flush(&mut self) -> Result<u64, SideOutputError> {
+    pub(crate) fn flush(&mut self) -> Result<u64, SideOutputError> {
         if let Some(f) = self.file.as_mut() {
             f.flush().map_err(|e| SideOutputError { path: self.path.clone(), source: e })?;
         }
         Ok(self.len)
     }
-
-    /// Lines written by this process.
-    pub fn written(&self) -> u64 {
-        self.written
-    }
 }
 
 /// One dead letter.
 #[derive(Debug, Serialize)]
-pub struct DeadLetter<'a> {
-    pub batch_id: u64,
-    /// Which step rejected it: `source`, `parse`, or `transform[i]`.
-    pub stage: &'a str,
-    pub kind: &'a str,
-    pub error: &'a str,
-    pub source: &'a str,
-    pub partition: i32,
-    pub offset: i64,
-    pub line: u64,
+struct DeadLetter<'a> {
+    batch_id: u64,
+    /// Which step rejected it: `source`, `parse`, `transform[i]` or `aggregate`.
+    stage: &'a str,
+    kind: &'a str,
+    error: &'a str,
+    source: &'a str,
+    partition: i32,
+    offset: i64,
+    line: u64,
     /// The record's value as text (invalid UTF-8 replaced), so nothing is lost to inspection.
-    pub value: String,
+    value: String,
 }
 
 /// One late event.
 #[derive(Debug, Serialize)]
-pub struct LateEvent<'a> {
-    pub batch_id: u64,
-    pub reason: &'static str,
-    pub event_time: i64,
-    pub watermark: i64,
-    pub source: &'a str,
-    pub partition: i32,
-    pub offset: i64,
-    pub line: u64,
-    pub key: String,
+struct LateEvent<'a> {
+    batch_id: u64,
+    reason: &'static str,
+    event_time: i64,
+    watermark: i64,
+    source: &'a str,
+    partition: i32,
+    offset: i64,
+    line: u64,
+    key: String,
     /// The event's row (a string if the plugin emitted something that is not JSON).
-    pub row: serde_json::Value,
+    row: serde_json::Value,
+}
+
+/// The dead-letter output of a pipeline. Every dead letter names its source record.
+pub(crate) struct DeadLetters {
+    out: SideOutput,
+    /// The source's stream names (files, topics), by `Position::stream`.
+    streams: Vec<String>,
+}
+
+/// Why an item failed, as the dead letter says it.
+pub(crate) struct Failure {
+    /// Index of the item in the stage's input.
+    pub index: usize,
+    pub kind: &'static str,
+    pub message: String,
+}
+
+impl Failure {
+    /// A record error a plugin reported.
+    pub(crate) fn record(e: &RecordError) -> Self {
+        let kind = match e.kind {
+            RecordErrorKind::Malformed => "malformed",
+            RecordErrorKind::MissingField => "missing-field",
+            RecordErrorKind::InvalidValue => "invalid-value",
+        };
+        Self { index: e.index as usize, kind, message: e.message.clone() }
+    }
+
+    /// An item the failure policy isolated: the plugin failed on it alone.
+    pub(crate) fn isolated(index: usize, error: &impl std::fmt::Display) -> Self {
+        Self { index, kind: "plugin-failure", message: error.to_string() }
+    }
+}
+
+fn stream_name(streams: &[String], stream: u16) -> &str {
+    streams.get(stream as usize).map_or("?", String::as_str)
+}
+
+impl DeadLetters {
+    pub(crate) fn new(out: SideOutput, streams: Vec<String>) -> Self {
+        Self { out, streams }
+    }
+
+    /// The records the source itself could not decode.
+    pub(crate) fn undecodable(&mut self, batch_id: u64, batch: &SourceBatch) -> Result<usize, SideOutputError> {
+        for bad in &batch.bad {
+            self.out.write(&DeadLetter {
+                batch_id,
+                stage: "source",
+                kind: "malformed",
+                error: &bad.error,
+                source: stream_name(&self.streams, bad.position.stream),
+                partition: bad.position.partition,
+                offset: bad.position.offset,
+                line: bad.position.line,
+                value: String::from_utf8_lossy(&bad.raw).into_owned(),
+            })?;
+        }
+        Ok(batch.bad.len())
+    }
+
+    /// A stage's failed items. `origins` maps the stage's input index to a record of `batch`
+    /// (`None`: the stage's input is the batch's records themselves).
+    pub(crate) fn write(
+        &mut self,
+        batch_id: u64,
+        stage: &str,
+        batch: &SourceBatch,
+        failures: impl IntoIterator<Item = Failure>,
+        origins: Option<&[u32]>,
+    ) -> Result<usize, SideOutputError> {
+        let r = &batch.records;
+        let mut n = 0;
+        for f in failures {
+            let rec = origins.map_or(f.index, |o| o[f.index] as usize);
+            let pos = batch.positions[rec];
+            self.out.write(&DeadLetter {
+                batch_id,
+                stage,
+                kind: f.kind,
+                error: &f.message,
+                source: stream_name(&self.streams, pos.stream),
+                partition: pos.partition,
+                offset: pos.offset,
+                line: pos.line,
+                value: String::from_utf8_lossy(columns::item(&r.values, &r.value_ends, rec)).into_owned(),
+            })?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Flushes to the OS; returns the length to record in the checkpoint.
+    pub(crate) fn flush(&mut self) -> Result<u64, SideOutputError> {
+        self.out.flush()
+    }
+}
+
+/// The late-event output: events late for everything they belong to, with the watermark they
+/// were judged against.
+pub(crate) struct LateEvents {
+    out: SideOutput,
+    streams: Vec<String>,
+}
+
+impl LateEvents {
+    pub(crate) fn new(out: SideOutput, streams: Vec<String>) -> Self {
+        Self { out, streams }
+    }
+
+    /// Writes events `late` of `events` (whose origins index `batch`'s records).
+    pub(crate) fn write(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        events: &EventBatch,
+        late: &[u32],
+        watermark: i64,
+    ) -> Result<(), SideOutputError> {
+        for &i in late {
+            let i = i as usize;
+            let pos = batch.positions[events.origins[i] as usize];
+            let row = columns::item(&events.rows, &events.row_ends, i);
+            self.out.write(&LateEvent {
+                batch_id,
+                reason: "late: every window of this event had closed",
+                event_time: events.times[i],
+                watermark,
+                source: stream_name(&self.streams, pos.stream),
+                partition: pos.partition,
+                offset: pos.offset,
+                line: pos.line,
+                key: String::from_utf8_lossy(columns::item(&events.keys, &events.key_ends, i)).into_owned(),
+                row: serde_json::from_slice(row)
+                    .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(row).into_owned())),
+            })?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn flush(&mut self) -> Result<u64, SideOutputError> {
+        self.out.flush()
+    }
 }
 
 #[cfg(test)]

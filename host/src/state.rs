@@ -19,12 +19,12 @@ use rocksdb::{DB, Options, WriteBatch, WriteOptions};
 use crate::checkpoint::Syncs;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StateError {
+pub(crate) enum StateError {
     #[error("state store {}", path.display())]
     Db { path: PathBuf, source: rocksdb::Error },
 }
 
-pub struct StateStore {
+pub(crate) struct StateStore {
     /// Shared with the thread that syncs its write-ahead log.
     db: Arc<DB>,
     path: PathBuf,
@@ -36,13 +36,13 @@ pub struct StateStore {
 const META: &[u8] = b"m";
 
 /// Staged changes as they were at some point in a batch.
-pub struct Savepoint(BTreeMap<Vec<u8>, Option<Vec<u8>>>);
+pub(crate) struct Savepoint(BTreeMap<Vec<u8>, Option<Vec<u8>>>);
 
 /// A key and its value.
-pub type Entry = (Vec<u8>, Vec<u8>);
+pub(crate) type Entry = (Vec<u8>, Vec<u8>);
 
 impl StateStore {
-    pub fn open(path: &Path) -> Result<Self, StateError> {
+    pub(crate) fn open(path: &Path) -> Result<Self, StateError> {
         let mut opts = Options::default();
         opts.create_if_missing(true);
         opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
@@ -55,7 +55,7 @@ impl StateStore {
     }
 
     /// Opens a store another process may be writing, to look at it (`weir inspect`).
-    pub fn open_read_only(path: &Path) -> Result<Self, StateError> {
+    pub(crate) fn open_read_only(path: &Path) -> Result<Self, StateError> {
         let db = DB::open_for_read_only(&Options::default(), path, false)
             .map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
         Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
@@ -65,7 +65,7 @@ impl StateStore {
         StateError::Db { path: self.path.clone(), source: e }
     }
 
-    pub fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
+    pub(crate) fn get(&self, key: &[u8]) -> Result<Option<Vec<u8>>, StateError> {
         match self.staged.get(key) {
             Some(v) => Ok(v.clone()),
             None => self.db.get(key).map_err(|e| self.err(e)),
@@ -73,38 +73,38 @@ impl StateStore {
     }
 
     /// Commits are no longer synced: a machine crash may lose them (benchmarks only).
-    pub fn without_fsync(mut self) -> Self {
+    pub(crate) fn without_fsync(mut self) -> Self {
         self.fsync = false;
         self
     }
 
     /// The changes staged so far, to [`StateStore::rollback`] to if what comes next fails.
     /// A copy: taken at a batch's start it is empty, and mid-batch only on the failure path.
-    pub fn savepoint(&self) -> Savepoint {
+    pub(crate) fn savepoint(&self) -> Savepoint {
         Savepoint(self.staged.clone())
     }
 
     /// Drops the changes staged since `savepoint`.
-    pub fn rollback(&mut self, savepoint: Savepoint) {
+    pub(crate) fn rollback(&mut self, savepoint: Savepoint) {
         self.staged = savepoint.0;
     }
 
-    pub fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
+    pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
         self.staged.insert(key, Some(value));
     }
 
-    pub fn delete(&mut self, key: Vec<u8>) {
+    pub(crate) fn delete(&mut self, key: Vec<u8>) {
         self.staged.insert(key, None);
     }
 
     /// Entries with `from <= key < to`, staged changes applied, in key order.
-    pub fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError> {
+    pub(crate) fn range(&self, from: &[u8], to: &[u8]) -> Result<Vec<Entry>, StateError> {
         Ok(self.ranges(&[(from.to_vec(), to.to_vec())])?.pop().unwrap_or_default())
     }
 
     /// [`StateStore::range`] for many ranges with one RocksDB iterator: seeking is several times
     /// cheaper than opening an iterator, and sessions look up every key of a batch.
-    pub fn ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Vec<Entry>>, StateError> {
+    pub(crate) fn ranges(&self, ranges: &[(Vec<u8>, Vec<u8>)]) -> Result<Vec<Vec<Entry>>, StateError> {
         let mut it = self.db.raw_iterator();
         let mut out = Vec::with_capacity(ranges.len());
         for (from, to) in ranges {
@@ -133,7 +133,7 @@ impl StateStore {
 
     /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic write,
     /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
-    pub fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
+    pub(crate) fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
         let mut batch = WriteBatch::default();
         for (k, v) in std::mem::take(&mut self.staged) {
             match v {
@@ -151,27 +151,22 @@ impl StateStore {
     }
 
     /// The checkpoint record of the last committed batch.
-    pub fn meta(&self) -> Result<Option<Vec<u8>>, StateError> {
+    pub(crate) fn meta(&self) -> Result<Option<Vec<u8>>, StateError> {
         self.db.get(META).map_err(|e| self.err(e))
     }
 
-    /// Bytes of live data (estimated by RocksDB).
-    pub fn estimated_bytes(&self) -> u64 {
-        self.db.property_int_value("rocksdb.estimate-live-data-size").ok().flatten().unwrap_or(0)
-    }
-
     /// Keys in the store (estimated by RocksDB), for progress reports.
-    pub fn estimated_keys(&self) -> u64 {
+    pub(crate) fn estimated_keys(&self) -> u64 {
         self.db.property_int_value("rocksdb.estimate-num-keys").ok().flatten().unwrap_or(0)
     }
 }
 
 /// Big-endian with the sign bit flipped, so byte order is numeric order.
-pub fn time_key(t: i64) -> [u8; 8] {
+pub(crate) fn time_key(t: i64) -> [u8; 8] {
     ((t as u64) ^ (1 << 63)).to_be_bytes()
 }
 
-pub fn time_from_key(b: &[u8]) -> i64 {
+pub(crate) fn time_from_key(b: &[u8]) -> i64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[..8]);
     (u64::from_be_bytes(a) ^ (1 << 63)) as i64

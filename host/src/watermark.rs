@@ -17,10 +17,10 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 /// No watermark yet: nothing is late.
-pub const NONE: i64 = i64::MIN;
+pub(crate) const NONE: i64 = i64::MIN;
 
 /// A source partition: the source's stream (Kafka topic) index and the partition in it.
-pub type PartitionId = (u16, i32);
+pub(crate) type PartitionId = (u16, i32);
 
 #[derive(Debug, Clone)]
 struct Partition {
@@ -31,7 +31,7 @@ struct Partition {
 }
 
 #[derive(Debug, Clone)]
-pub struct Watermark {
+pub(crate) struct Watermark {
     delay_ms: i64,
     idle_timeout: Option<Duration>,
     partitions: BTreeMap<PartitionId, Partition>,
@@ -40,23 +40,23 @@ pub struct Watermark {
 
 /// What a checkpoint keeps of the watermark.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Saved {
+pub(crate) struct Saved {
     pub current: i64,
     pub partitions: Vec<(PartitionId, i64)>,
 }
 
 impl Watermark {
-    pub fn new(delay_ms: i64, idle_timeout: Option<Duration>) -> Self {
+    pub(crate) fn new(delay_ms: i64, idle_timeout: Option<Duration>) -> Self {
         Self { delay_ms, idle_timeout, partitions: BTreeMap::new(), current: NONE }
     }
 
-    pub fn current(&self) -> i64 {
+    pub(crate) fn current(&self) -> i64 {
         self.current
     }
 
     /// Records that `partition` delivered records this batch, the largest event time among
     /// them being `max_event_time` (`NONE` if none of them carried one).
-    pub fn observe(&mut self, partition: PartitionId, max_event_time: i64, now: Instant) {
+    pub(crate) fn observe(&mut self, partition: PartitionId, max_event_time: i64, now: Instant) {
         let p = self.partitions.entry(partition).or_insert(Partition {
             max_event_time: NONE,
             last_active: now,
@@ -68,7 +68,7 @@ impl Watermark {
     }
 
     /// The partitions idle at `now`: what a batch planned now records.
-    pub fn idle(&self, now: Instant) -> Vec<PartitionId> {
+    pub(crate) fn idle(&self, now: Instant) -> Vec<PartitionId> {
         let Some(timeout) = self.idle_timeout else { return Vec::new() };
         self.partitions
             .iter()
@@ -79,7 +79,7 @@ impl Watermark {
 
     /// Moves the watermark at the end of a batch and returns it. `idle` is what [`Self::idle`]
     /// said when the batch was planned; a partition that delivered records since is not idle.
-    pub fn advance(&mut self, idle: &[PartitionId]) -> i64 {
+    pub(crate) fn advance(&mut self, idle: &[PartitionId]) -> i64 {
         let candidate = self
             .partitions
             .iter()
@@ -95,20 +95,14 @@ impl Watermark {
         self.current
     }
 
-    /// End of bounded input: every window becomes final.
-    pub fn flush(&mut self) -> i64 {
-        self.current = i64::MAX;
-        self.current
-    }
-
-    pub fn save(&self) -> Saved {
+    pub(crate) fn save(&self) -> Saved {
         Saved {
             current: self.current,
             partitions: self.partitions.iter().map(|(&p, s)| (p, s.max_event_time)).collect(),
         }
     }
 
-    pub fn restore(&mut self, saved: &Saved, now: Instant) {
+    pub(crate) fn restore(&mut self, saved: &Saved, now: Instant) {
         self.current = saved.current;
         self.partitions = saved
             .partitions

@@ -12,7 +12,7 @@
 
 /// How events are windowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WindowSpec {
+pub(crate) enum WindowSpec {
     /// Windows of `size` every `slide` (tumbling when `slide == size`); `slide` divides `size`.
     Panes { size: i64, slide: i64, offset: i64 },
     /// Per-key sessions closed by `gap` of inactivity.
@@ -20,14 +20,14 @@ pub enum WindowSpec {
 }
 
 impl WindowSpec {
-    pub fn sliding(size: i64, slide: i64, offset: i64) -> Self {
+    pub(crate) fn sliding(size: i64, slide: i64, offset: i64) -> Self {
         WindowSpec::Panes { size, slide, offset: offset.rem_euclid(slide) }
     }
 }
 
 /// Pane and window arithmetic for tumbling and sliding windows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Panes {
+pub(crate) struct Panes {
     pub size: i64,
     pub slide: i64,
     pub offset: i64,
@@ -35,31 +35,31 @@ pub struct Panes {
 
 impl Panes {
     /// Start of the pane holding time `t`.
-    pub fn pane_of(&self, t: i64) -> i64 {
+    pub(crate) fn pane_of(&self, t: i64) -> i64 {
         (t - self.offset).div_euclid(self.slide) * self.slide + self.offset
     }
 
     /// End of the last window that covers the pane starting at `pane`. Once that window is
     /// final, nothing can read the pane again.
-    pub fn last_window_end(&self, pane: i64) -> i64 {
+    pub(crate) fn last_window_end(&self, pane: i64) -> i64 {
         pane.saturating_add(self.size)
     }
 
     /// Starts of the windows covering the pane starting at `pane`, earliest first.
-    pub fn windows_of(&self, pane: i64) -> impl Iterator<Item = i64> + use<> {
+    pub(crate) fn windows_of(&self, pane: i64) -> impl Iterator<Item = i64> + use<> {
         let (size, slide) = (self.size, self.slide);
         (0..size / slide).rev().map(move |k| pane - k * slide)
     }
 
     /// Whether a window is a single pane (tumbling), so that no merge is needed.
-    pub fn one_pane_per_window(&self) -> bool {
+    pub(crate) fn one_pane_per_window(&self) -> bool {
         self.size == self.slide
     }
 }
 
 /// A session interval with the index of whatever it stands for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Interval {
+pub(crate) struct Interval {
     pub start: i64,
     pub end: i64,
     pub id: usize,
@@ -67,7 +67,7 @@ pub struct Interval {
 
 /// Merges intervals that intersect or touch; returns each merged interval with the ids it
 /// absorbed. `intervals` must be sorted by start.
-pub fn merge_sessions(intervals: &[Interval]) -> Vec<(i64, i64, Vec<usize>)> {
+pub(crate) fn merge_sessions(intervals: &[Interval]) -> Vec<(i64, i64, Vec<usize>)> {
     let mut out: Vec<(i64, i64, Vec<usize>)> = Vec::new();
     for iv in intervals {
         match out.last_mut() {

@@ -6,7 +6,7 @@
 
 use std::io::Write;
 
-pub const START_MS: i64 = 1_793_491_200_000;
+pub(crate) const START_MS: i64 = 1_793_491_200_000;
 const USERS: usize = 100_000;
 const ZIPF_S: f64 = 1.1;
 const P_ERROR: f64 = 0.02;
@@ -31,7 +31,7 @@ impl Rng {
 }
 
 /// Writes `n` order events for `seed`, one JSON object per line; returns how many are very late.
-pub fn orders(n: u64, seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
+pub(crate) fn orders(n: u64, seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
     let mut g = OrderStream::new(n, seed);
     while let Some(line) = g.next_line() {
         out.write_all(line.as_bytes())?;
@@ -41,7 +41,7 @@ pub fn orders(n: u64, seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
 
 /// The order events of [`orders`], one line at a time (with its newline), for producers that
 /// pace them (`weir demo`).
-pub struct OrderStream {
+pub(crate) struct OrderStream {
     cdf: Vec<f64>,
     total: f64,
     rng: Rng,
@@ -56,7 +56,7 @@ pub struct OrderStream {
 }
 
 impl OrderStream {
-    pub fn new(n: u64, seed: u64) -> Self {
+    pub(crate) fn new(n: u64, seed: u64) -> Self {
         let mut cdf = Vec::with_capacity(USERS);
         let mut acc = 0.0;
         for k in 1..=USERS {
@@ -77,7 +77,7 @@ impl OrderStream {
         }
     }
 
-    pub fn next_line(&mut self) -> Option<&str> {
+    pub(crate) fn next_line(&mut self) -> Option<&str> {
         if self.i >= self.n {
             return None;
         }

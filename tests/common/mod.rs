@@ -22,6 +22,12 @@ pub fn component(name: &str) -> PathBuf {
     p
 }
 
+/// The contract's version, from the `package` line of `wit/plugin.wit` (its one definition).
+pub fn wit_version() -> String {
+    let wit = std::fs::read_to_string(root().join("wit/plugin.wit")).unwrap();
+    wit.lines().find_map(|l| Some(l.strip_prefix("package weir:plugin@")?.strip_suffix(';')?.to_string())).unwrap()
+}
+
 pub fn weir() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_weir"));
     c.env("WEIR_LOG", "warn");

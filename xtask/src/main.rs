@@ -128,8 +128,9 @@ fn demo(root: &Path) -> Result<()> {
     run(weir()?.arg("demo").current_dir(root))
 }
 
-/// The Kafka-protocol broker the end-to-end tests run against (DESIGN.md §6). Built once into a
-/// cache outside the checkout (about 18 minutes), reused by every later run.
+/// The Kafka-protocol broker the end-to-end tests run against (`tests/common/kafka.rs` says what
+/// it can and cannot do). Built once into a cache outside the checkout (about 18 minutes), reused
+/// by every later run.
 const TANSU_VERSION: &str = "0.6.0";
 
 fn tansu() -> Result<PathBuf> {
@@ -158,4 +159,66 @@ fn test(tansu: PathBuf) -> Result<()> {
     }
     run(c.args(["--", "-D", "warnings"]))?;
     run(cargo().args(["test", "--release"]).env("WEIR_TANSU", tansu))
+}
+
+/// The repository stands alone, and says each version once.
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+    }
+
+    /// Every text file git tracks, with its path relative to the root.
+    fn tracked() -> Vec<(String, String)> {
+        let out = std::process::Command::new("git").arg("ls-files").current_dir(root()).output().expect("git runs");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|f| Some((f.to_string(), std::fs::read_to_string(root().join(f)).ok()?)))
+            .collect()
+    }
+
+    /// The contract's version, as `wit/plugin.wit` declares it.
+    fn wit_version() -> String {
+        let wit = std::fs::read_to_string(root().join("wit/plugin.wit")).expect("wit/plugin.wit");
+        wit.lines()
+            .find_map(|l| Some(l.strip_prefix("package weir:plugin@")?.strip_suffix(';')?.to_string()))
+            .expect("a package line")
+    }
+
+    #[test]
+    fn no_file_cites_design_notes_outside_the_repository() {
+        let design = ["DESIGN", ".md"].concat();
+        let citing: Vec<String> =
+            tracked().into_iter().filter(|(_, text)| text.contains(&design)).map(|(f, _)| f).collect();
+        assert!(citing.is_empty(), "these cite {design}, which is not in the repository: {citing:?}");
+    }
+
+    /// Docs and code name the contract by the version the WIT file declares (or its
+    /// major.minor), never another; the adversarial component built for another major is the
+    /// one deliberate exception.
+    #[test]
+    fn every_mention_of_the_contract_version_is_the_wit_file_s() {
+        let version = wit_version();
+        let major_minor = version.rsplit_once('.').expect("major.minor.patch").0.to_string();
+        let prefix = ["weir:plugin", "@"].concat();
+        for (file, text) in tracked() {
+            if file.starts_with("tests/plugins/wit-major-1-parser/") || file == "tests/pipeline.rs" {
+                continue;
+            }
+            for (i, _) in text.match_indices(&prefix) {
+                let rest = &text[i + prefix.len()..];
+                let mentioned: String = rest.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+                let mentioned = mentioned.trim_end_matches('.');
+                if mentioned.is_empty() {
+                    continue; // `weir:plugin@{version}` in a format string
+                }
+                assert!(
+                    mentioned == version || mentioned == major_minor,
+                    "{file} mentions {prefix}{mentioned}; the WIT file declares {version}"
+                );
+            }
+        }
+    }
 }

@@ -6,17 +6,16 @@
 //! every batch costs) and `--restart` (time from a restart to its first batch).
 
 use std::io::{BufRead, Write};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::{Context, Result, bail};
-use weir::driver::{self, Output, RunOptions};
-use weir::pipeline::Pipeline;
-use weir::plugin::Runtime;
-use weir::progress::{Progress, Summary};
+use anyhow::{Context, Result};
 
-pub struct BenchArgs {
+use crate::driver::{self, Flush, Output, RunOptions, Stages};
+use crate::pipeline::Pipeline;
+use crate::progress::{Progress, Summary};
+
+pub(super) struct BenchArgs {
     pub pipeline: Pipeline,
     pub events: u64,
     pub seed: u64,
@@ -26,16 +25,9 @@ pub struct BenchArgs {
     pub restart: bool,
 }
 
-pub fn bench(mut a: BenchArgs, runtime: impl Fn(&Pipeline) -> Result<Arc<Runtime>>) -> Result<()> {
+pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     if let Some(c) = a.cores {
         a.pipeline.parse_parallelism = c.max(1);
-    }
-    if a.native {
-        let uses = |p: &Path, name: &str| p.file_name().is_some_and(|f| f == name);
-        let w = a.pipeline.windowed.as_ref().context("--native: the pipeline has no aggregate")?;
-        if !uses(&a.pipeline.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
-            bail!("--native replaces orders_json.wasm and error_rate.wasm; this pipeline uses other plugins");
-        }
     }
     let dir = tempfile::tempdir().context("cannot create a temporary directory")?;
     let file = dir.path().join("orders.jsonl");
@@ -43,7 +35,7 @@ pub fn bench(mut a: BenchArgs, runtime: impl Fn(&Pipeline) -> Result<Arc<Runtime
     let rest = dir.path().join("rest.jsonl");
     let all = if a.restart { dir.path().join("all.jsonl") } else { file.clone() };
     let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&all)?);
-    weir::workload::orders(if a.restart { 2 * a.events } else { a.events }, a.seed, &mut w)?;
+    crate::workload::orders(if a.restart { 2 * a.events } else { a.events }, a.seed, &mut w)?;
     w.flush()?;
     drop(w);
     if a.restart {
@@ -57,23 +49,29 @@ pub fn bench(mut a: BenchArgs, runtime: impl Fn(&Pipeline) -> Result<Arc<Runtime
             w.flush()?;
         }
     }
-    let p = crate::replay(a.pipeline, &file);
+    let p = super::test::replay(a.pipeline, &file);
     // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
-    runtime(&p)?;
+    super::run::runtime([&p])?;
 
     let checkpoint = dir.path().join("checkpoint");
     let digest = Digest::default();
+    let stop = Arc::new(AtomicBool::new(false));
     let run = |fsync: bool| -> Result<Summary> {
+        let output = Output::Lines(Box::new(digest.clone()));
+        let stages = if a.native {
+            crate::native::stages(&p, output, &stop)?
+        } else {
+            Stages::wasm(&p, &super::run::runtime([&p])?, output, &stop)?
+        };
         let opts = RunOptions {
-            output: Output::Lines(Box::new(digest.clone())),
             checkpoint: checkpoint.clone(),
             dead_letters: Some(dir.path().join("dead-letters.jsonl")),
             progress: Progress::new(&p.name, false, None),
-            stop: Arc::new(AtomicBool::new(false)),
-            native: a.native,
+            stop: stop.clone(),
             fsync,
+            flush: Flush::AsConfigured { default: true },
         };
-        driver::run(&p, &runtime(&p)?, opts).with_context(|| format!("pipeline {}", p.name))
+        driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name))
     };
 
     let cpu = cpu_seconds();

@@ -14,20 +14,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use crate::columns;
+use crate::driver::{self, Flush, Output, RunOptions, Stages};
+use crate::pipeline::{Pipeline, SourceKind};
+use crate::plugin::Runtime;
+use crate::progress::{Progress, show_time};
+use crate::sink::{Delivery, RowSink, Rows, SinkError};
+use crate::workload::OrderStream;
 use anyhow::{Context, Result, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use weir::driver::{self, Output, RunOptions};
-use weir::pipeline::{Pipeline, SourceKind};
-use weir::plugin::Runtime;
-use weir::progress::{Progress, show_time};
-use weir::sink::{RowSink, Rows, RowsExt, SinkError};
-use weir::workload::OrderStream;
 
-pub struct DemoArgs {
+pub(super) struct DemoArgs {
     pub pipeline: Pipeline,
     /// Orders produced per second.
     pub rate: u64,
@@ -42,7 +43,7 @@ pub struct DemoArgs {
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 4;
 
-pub fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -> Result<()> {
+pub(super) fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -> Result<()> {
     let cluster = MockCluster::new(1).context("cannot start the embedded broker")?;
     cluster.create_topic(TOPIC, PARTITIONS, 1).context("cannot create the orders topic")?;
     let brokers = cluster.bootstrap_servers();
@@ -72,15 +73,16 @@ pub fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicBool>) -
 
     let scratch = driver::scratch_checkpoint().context("cannot create a checkpoint directory")?;
     let opts = RunOptions {
-        output: Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() })),
         checkpoint: scratch.path().to_path_buf(),
         dead_letters: None,
         progress: Progress::new(&args.pipeline.name, args.progress_json, None),
         stop: stop.clone(),
-        native: false,
         fsync: true,
+        flush: Flush::AsConfigured { default: false },
     };
-    let result = driver::run(&args.pipeline, runtime, opts);
+    let alerts = Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() }));
+    let result = Stages::wasm(&args.pipeline, runtime, alerts, &stop)
+        .and_then(|stages| driver::run(&args.pipeline, stages, opts));
     stop.store(true, Ordering::Relaxed);
     let produced = producer.join().map_err(|_| anyhow::anyhow!("the producer thread panicked"))??;
     if let Some(w) = watcher {
@@ -97,9 +99,9 @@ struct Alerts<W: Write> {
     out: W,
 }
 
-impl<W: Write> RowSink for Alerts<W> {
-    fn deliver(&mut self, _batch_id: u64, rows: &Rows) -> Result<(), SinkError> {
-        for row in rows.iter_rows() {
+impl<W: Write + Send> RowSink for Alerts<W> {
+    fn deliver(&mut self, _: &Delivery, rows: &Rows) -> Result<(), SinkError> {
+        for row in columns::items(&rows.rows, &rows.row_ends) {
             let v: serde_json::Value = serde_json::from_slice(row).map_err(std::io::Error::other)?;
             let num = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
             let start = v.get("window_start").and_then(serde_json::Value::as_i64).unwrap_or(0);

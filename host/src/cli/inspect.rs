@@ -4,17 +4,18 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use crate::checkpoint::{CheckpointDir, Planned, StateMeta};
+use crate::progress::show_time;
+use crate::source::Offsets;
+use crate::state::StateStore;
 use anyhow::{Context, Result};
-use weir::checkpoint::{CheckpointDir, Planned, StateMeta};
-use weir::progress::show_time;
-use weir::source::Offsets;
-use weir::state::StateStore;
 
 /// How many recent batches to list.
-pub fn inspect(dir: &Path, recent: usize) -> Result<String> {
+pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
     let (cp, meta) = CheckpointDir::existing(dir)?;
     let mut out = String::new();
     writeln!(out, "checkpoint {}", dir.display())?;
+    writeln!(out, "identity   {}", if meta.id.is_empty() { "(none yet: given when next run)" } else { &meta.id })?;
     writeln!(out, "pipeline   {} ({})", meta.pipeline, meta.fingerprint)?;
 
     let state_dir = cp.state_dir();
@@ -35,6 +36,13 @@ pub fn inspect(dir: &Path, recent: usize) -> Result<String> {
         Some(m) => {
             writeln!(out, "committed  batches 0..={} (next batch {})", m.next_batch.saturating_sub(1), m.next_batch)?;
             writeln!(out, "watermark  {}", show_time(m.watermark.current))?;
+            if let Some(f) = m.flushed_to {
+                writeln!(
+                    out,
+                    "flushed    windows final by {} were emitted by a flush at the end of input",
+                    show_time(f)
+                )?;
+            }
             for ((stream, partition), max) in &m.watermark.partitions {
                 writeln!(out, "           stream {stream} partition {partition}: max event time {}", show_time(*max))?;
             }

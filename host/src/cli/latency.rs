@@ -10,6 +10,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::driver::{self, Flush, Output, RunOptions, Stages};
+use crate::pipeline::{Pipeline, SinkConfig, SourceKind};
+use crate::plugin::Runtime;
+use crate::progress::Progress;
+use crate::workload::OrderStream;
 use anyhow::{Context, Result, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
@@ -17,20 +22,15 @@ use rdkafka::message::Message;
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
-use weir::driver::{self, Output, RunOptions};
-use weir::pipeline::{Pipeline, SinkConfig, SourceKind};
-use weir::plugin::Runtime;
-use weir::progress::Progress;
-use weir::workload::OrderStream;
 
-pub struct LatencyArgs {
+pub(super) struct LatencyArgs {
     pub pipeline: Pipeline,
     pub rate: u64,
     pub seconds: u64,
 }
 
 /// What was measured, in microseconds.
-pub struct Latencies {
+pub(super) struct Latencies {
     pub samples: usize,
     pub p50: u64,
     pub p99: u64,
@@ -40,7 +40,7 @@ pub struct Latencies {
 /// The first second is warm-up (connections, the first fetches) and is not counted.
 const WARM_UP: Duration = Duration::from_secs(1);
 
-pub fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<Latencies> {
+pub(super) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<Latencies> {
     let cluster = MockCluster::new(1).context("cannot start the embedded broker")?;
     let brokers = cluster.bootstrap_servers();
     let (input, output) = match (&mut args.pipeline.source.kind, &mut args.pipeline.sink) {
@@ -68,17 +68,18 @@ pub fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<Latencie
     };
     let scratch = driver::scratch_checkpoint().context("cannot create a checkpoint directory")?;
     let opts = RunOptions {
-        output: Output::Pipeline,
         checkpoint: scratch.path().to_path_buf(),
         dead_letters: None,
         progress: Progress::new(&args.pipeline.name, false, None),
         stop: stop.clone(),
-        native: false,
         fsync: true,
+        flush: Flush::AsConfigured { default: false },
     };
     let run = {
-        let (p, runtime) = (args.pipeline.clone(), runtime.clone());
-        std::thread::spawn(move || driver::run(&p, &runtime, opts))
+        let (p, runtime, stop) = (args.pipeline.clone(), runtime.clone(), stop.clone());
+        std::thread::spawn(move || {
+            Stages::wasm(&p, &runtime, Output::Pipeline, &stop).and_then(|s| driver::run(&p, s, opts))
+        })
     };
     let produced = producer.join().map_err(|_| anyhow::anyhow!("the producer panicked"))?;
     // Let the last records through, then stop everything.

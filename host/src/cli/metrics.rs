@@ -1,48 +1,55 @@
-//! `weir run --metrics-addr HOST:PORT`: the process's plugin metrics over HTTP, in Prometheus'
-//! text format at `/metrics`. A thread of its own with a blocking listener: a scrape reads
-//! atomics and never waits on a pipeline.
+//! `weir run --metrics-addr HOST:PORT`: the process's plugin metrics for Prometheus at
+//! `/metrics`, in the OpenMetrics text format (prometheus-client encodes it). Served by axum on a
+//! small Tokio runtime of its own, so connections are handled concurrently and an idle or slow
+//! client never holds up a scrape; a scrape reads atomics and never waits on a pipeline.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use weir::plugin::Runtime;
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use prometheus_client::registry::Registry;
+
+use super::exit::Usage;
+use crate::plugin::Runtime;
+
+/// Threads serving metrics: scrapes are rare and cheap.
+const WORKERS: usize = 1;
+
+/// The content type of the OpenMetrics text format.
+const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Starts serving; returns the address actually bound (port 0 picks one).
-pub fn serve(addr: &str, runtime: Arc<Runtime>) -> Result<std::net::SocketAddr> {
-    let listener = TcpListener::bind(addr).with_context(|| format!("--metrics-addr {addr}: cannot listen"))?;
+pub(super) fn serve(addr: &str, runtime: Arc<Runtime>) -> Result<SocketAddr> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .thread_name("weir-metrics")
+        .enable_io()
+        .build()
+        .context("cannot start the metrics server")?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(addr))
+        .map_err(|e| Usage(format!("--metrics-addr {addr}: cannot listen ({e})")))?;
     let bound = listener.local_addr()?;
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(runtime.metrics_collector()));
+    let registry = Arc::new(registry);
+    let app = Router::new().route("/metrics", get(move || scrape(registry.clone())));
     std::thread::Builder::new().name("weir-metrics".into()).spawn(move || {
-        for conn in listener.incoming().flatten() {
-            if let Err(e) = answer(conn, &runtime) {
-                tracing::debug!("metrics request: {e}");
-            }
+        if let Err(e) = rt.block_on(async { axum::serve(listener, app).await }) {
+            tracing::warn!("metrics server stopped: {e}");
         }
     })?;
     Ok(bound)
 }
 
-fn answer(conn: TcpStream, runtime: &Runtime) -> std::io::Result<()> {
-    conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
-    let mut reader = BufReader::new(conn.try_clone()?);
-    let mut request = String::new();
-    reader.read_line(&mut request)?;
-    // Skip the headers: nothing in them changes the answer.
-    let mut line = String::new();
-    while reader.read_line(&mut line)? > 2 {
-        line.clear();
+async fn scrape(registry: Arc<Registry>) -> impl IntoResponse {
+    let mut body = String::new();
+    match prometheus_client::encoding::text::encode(&mut body, &registry) {
+        Ok(()) => (StatusCode::OK, [(header::CONTENT_TYPE, CONTENT_TYPE)], body),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, [(header::CONTENT_TYPE, "text/plain")], e.to_string()),
     }
-    let path = request.split_whitespace().nth(1).unwrap_or("");
-    let (status, body) = if path == "/metrics" || path.starts_with("/metrics?") {
-        ("200 OK", runtime.metrics().prometheus())
-    } else {
-        ("404 Not Found", "see /metrics\n".to_string())
-    };
-    let mut conn = conn;
-    write!(
-        conn,
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
 }

@@ -1,33 +1,316 @@
-//! The commands of the `weir` CLI that are more than a call into the library.
+//! The `weir` command line: parsing, logging, exit codes, and one function per command. The
+//! commands that are more than a call into the engine have a file each.
 
-pub mod bench;
-pub mod demo;
-pub mod inspect;
-pub mod latency;
-pub mod metrics;
-pub mod record;
+mod bench;
+mod demo;
+mod exit;
+mod inspect;
+mod latency;
+mod metrics;
+mod record;
+mod run;
+mod test;
 
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
 use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+
+use crate::pipeline::StartingOffsets;
+use exit::Exit;
+
+#[derive(Parser)]
+#[command(name = "weir", version, about = "Stream processing with sandboxed WebAssembly plugins")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run pipelines, each resuming from its checkpoint. Several files (or a directory of
+    /// them) run side by side in one process, each with its own sandboxes, limits, checkpoint
+    /// and progress; one failing does not stop the others.
+    Run {
+        #[arg(required = true)]
+        pipelines: Vec<PathBuf>,
+        /// Checkpoint directory (default: checkpoint.location, else .weir/NAME beside the file);
+        /// only with a single pipeline.
+        #[arg(long)]
+        checkpoint: Option<PathBuf>,
+        /// Print one JSON progress object per batch to stderr.
+        #[arg(long)]
+        progress_json: bool,
+        /// Serve plugin metrics for Prometheus at http://ADDR/metrics (e.g. 127.0.0.1:9464).
+        #[arg(long, value_name = "ADDR")]
+        metrics_addr: Option<String>,
+        /// At the end of bounded input, emit every window still open, whatever the pipeline
+        /// file's `watermark.flush_at_end` says (docs/semantics.md).
+        #[arg(long)]
+        flush: bool,
+    },
+    /// Run a pipeline over recorded events, deterministically, and print the rows that reach
+    /// its sink as JSON lines.
+    Test {
+        pipeline: PathBuf,
+        /// Recorded events (JSON lines: raw values, or envelopes; see docs/recorded-events.md).
+        #[arg(long)]
+        events: PathBuf,
+        /// Expected rows (JSON lines): exit 1 with a diff if the output differs (in any order).
+        #[arg(long)]
+        expect: Option<PathBuf>,
+        /// Write the rows here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Where dead letters go (created only if there are any).
+        #[arg(long, default_value = "weir-dead-letters.jsonl")]
+        dead_letters: PathBuf,
+        /// Print one JSON progress object per batch to stderr.
+        #[arg(long)]
+        progress_json: bool,
+    },
+    /// Generate a reference workload.
+    Gen {
+        #[command(subcommand)]
+        what: GenWhat,
+    },
+    /// Measure a pipeline's throughput over generated order events, or with `--latency` a
+    /// continuous pipeline's end-to-end latency on an embedded broker.
+    Bench {
+        /// The pipeline to measure (default: plugins/orders-error-rate/pipeline.toml, or
+        /// plugins/orders-alerts/pipeline.toml with --latency).
+        pipeline: Option<PathBuf>,
+        /// How many events to generate.
+        #[arg(long, default_value_t = 1_000_000)]
+        events: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Measure latency (produce → output readable) instead of throughput.
+        #[arg(long)]
+        latency: bool,
+        /// With --latency: orders produced per second.
+        #[arg(long, default_value_t = 20_000)]
+        rate: u64,
+        /// With --latency: how long to produce.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Parse and aggregate with the host-code baseline (the same logic as the orders-json
+        /// and error-rate plugins) instead of the Wasm plugins.
+        #[arg(long)]
+        native: bool,
+        /// Parser instances working on each batch side by side (default: the pipeline's
+        /// `parse.parallelism`).
+        #[arg(long)]
+        cores: Option<usize>,
+        /// Do not sync the checkpoint at each batch (to measure what durability costs).
+        #[arg(long)]
+        no_fsync: bool,
+        /// Run half the events, then restart on the rest and time the first batch.
+        #[arg(long)]
+        restart: bool,
+    },
+    /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
+    Inspect {
+        checkpoint: PathBuf,
+        /// How many recent batches to list.
+        #[arg(long, default_value_t = 10)]
+        batches: usize,
+    },
+    /// Capture a Kafka topic's records into the recorded-events format, for `weir test`.
+    Record {
+        /// Kafka brokers (bootstrap.servers).
+        #[arg(long)]
+        brokers: String,
+        #[arg(long)]
+        topic: String,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Start at the earliest record, the latest, or a timestamp (epoch ms).
+        #[arg(long, default_value = "earliest")]
+        from: String,
+        /// Stop after this many records.
+        #[arg(long)]
+        max: Option<u64>,
+        /// Keep recording new records until Ctrl-C (default: stop at the end of the topic).
+        #[arg(long)]
+        follow: bool,
+        /// Extra librdkafka options, as NAME=VALUE (e.g. security.protocol=SSL). Not for
+        /// credentials: those go in --kafka-file, never on a command line.
+        #[arg(long = "kafka", value_name = "NAME=VALUE")]
+        kafka: Vec<String>,
+        /// A file of librdkafka options, one NAME=VALUE per line (`#` starts a comment): where
+        /// credentials (sasl.password, ssl.key.password, ...) go.
+        #[arg(long, value_name = "FILE")]
+        kafka_file: Option<PathBuf>,
+    },
+    /// The demo: an embedded Kafka broker, generated orders flowing into it, and the orders
+    /// error-rate pipeline reading them through the Wasm plugins, printing windows and alerts.
+    Demo {
+        /// The pipeline (its Kafka source is pointed at the embedded broker).
+        #[arg(default_value = "plugins/orders-error-rate/kafka.toml")]
+        pipeline: PathBuf,
+        /// Orders produced per second (1000 orders are one simulated second).
+        #[arg(long, default_value_t = 20_000)]
+        rate: u64,
+        /// Produce this many orders, wait until the pipeline has read them, and stop.
+        #[arg(long)]
+        events: Option<u64>,
+        /// Alert when a window's error rate is above this fraction.
+        #[arg(long, default_value_t = 0.05)]
+        threshold: f64,
+        /// Print one JSON progress object per batch to stderr.
+        #[arg(long)]
+        progress_json: bool,
+    },
+}
+
+#[derive(Subcommand)]
+enum GenWhat {
+    /// Order events (the schema of shared/bench/gen_orders.py).
+    Orders {
+        n: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// Runs `weir` with the process's arguments; returns its exit code.
+pub fn main() -> ExitCode {
+    init_logging();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with 0; anything else is a usage error.
+            let _ = e.print();
+            return if e.use_stderr() { Exit::Usage.into() } else { Exit::Done.into() };
+        }
+    };
+    match dispatch(cli.command) {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            Exit::of(&e).into()
+        }
+    }
+}
+
+/// Log lines go to stderr, filtered by `WEIR_LOG`, else `RUST_LOG` (both in `tracing`'s
+/// `EnvFilter` syntax, e.g. `warn` or `weir=debug`), else `info`; coloured only on a terminal
+/// and without `NO_COLOR`.
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("WEIR_LOG")
+        .or_else(|_| EnvFilter::try_from_env("RUST_LOG"))
+        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
+}
+
+fn dispatch(command: Command) -> Result<Exit> {
+    match command {
+        Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush } => {
+            run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush)
+        }
+        Command::Test { pipeline, events, expect, out, dead_letters, progress_json } => {
+            test::test(&test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json })
+        }
+        Command::Gen { what: GenWhat::Orders { n, seed, out } } => {
+            let very_late = match out {
+                Some(path) => {
+                    let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+                    let mut w = BufWriter::with_capacity(1 << 20, f);
+                    let late = crate::workload::orders(n, seed, &mut w)?;
+                    w.flush()?;
+                    late
+                }
+                None => crate::workload::orders(n, seed, &mut BufWriter::new(std::io::stdout().lock()))?,
+            };
+            eprintln!("events={n} seed={seed} very_late={very_late}");
+            Ok(Exit::Done)
+        }
+        Command::Bench { pipeline, latency: false, events, seed, native, cores, no_fsync, restart, .. } => {
+            let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-error-rate/pipeline.toml".into());
+            let args =
+                bench::BenchArgs { pipeline: run::load(&pipeline)?, events, seed, native, cores, no_fsync, restart };
+            bench::bench(args)?;
+            Ok(Exit::Done)
+        }
+        Command::Bench { pipeline, latency: true, rate, seconds, .. } => {
+            let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
+            let args = latency::LatencyArgs { pipeline: run::load(&pipeline)?, rate, seconds };
+            let runtime = run::runtime([&args.pipeline])?;
+            let l = latency::measure(args, &runtime)?;
+            println!(
+                "latency produce → output readable, {} samples at {rate} orders/s: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                l.samples,
+                l.p50 as f64 / 1e3,
+                l.p99 as f64 / 1e3,
+                l.max as f64 / 1e3
+            );
+            Ok(Exit::Done)
+        }
+        Command::Inspect { checkpoint, batches } => {
+            print!("{}", inspect::inspect(&checkpoint, batches)?);
+            Ok(Exit::Done)
+        }
+        Command::Record { brokers, topic, out, from, max, follow, kafka, kafka_file } => {
+            let starting = match from.as_str() {
+                "earliest" => StartingOffsets::Earliest,
+                "latest" => StartingOffsets::Latest,
+                ms => StartingOffsets::Timestamp(
+                    ms.parse()
+                        .map_err(|_| exit::Usage(format!("--from {ms}: use earliest, latest or epoch milliseconds")))?,
+                ),
+            };
+            let options = record::options(&kafka, kafka_file.as_deref())?;
+            let args = record::RecordArgs { brokers, topic, starting, max, follow, options };
+            let stop = run::stop_on_signals()?;
+            let n = match &out {
+                Some(path) => {
+                    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+                    record::record(&args, &mut BufWriter::new(f), stop)?
+                }
+                None => record::record(&args, &mut BufWriter::new(std::io::stdout().lock()), stop)?,
+            };
+            eprintln!("recorded {n} records from {}", args.topic);
+            Ok(Exit::Done)
+        }
+        Command::Demo { pipeline, rate, events, threshold, progress_json } => {
+            let args = demo::DemoArgs { pipeline: run::load(&pipeline)?, rate, events, threshold, progress_json };
+            let runtime = run::runtime([&args.pipeline])?;
+            demo::demo(args, &runtime, run::stop_on_signals()?)?;
+            Ok(Exit::Done)
+        }
+    }
+}
 
 /// Paces a producer at `rate` records per second: record `n` is due `n / rate` seconds after
 /// the start.
-pub struct Pacer {
+struct Pacer {
     started: Instant,
     rate: u64,
 }
 
 impl Pacer {
-    pub fn new(rate: u64) -> Self {
+    fn new(rate: u64) -> Self {
         Self { started: Instant::now(), rate: rate.max(1) }
     }
 
     /// How long until record `n` is due; `None` when it is due now.
-    pub fn ahead(&self, n: u64) -> Option<Duration> {
+    fn ahead(&self, n: u64) -> Option<Duration> {
         let due = Duration::from_secs_f64(n as f64 / self.rate as f64);
         due.checked_sub(self.started.elapsed()).filter(|d| !d.is_zero())
     }
 
-    pub fn elapsed(&self) -> Duration {
+    fn elapsed(&self) -> Duration {
         self.started.elapsed()
     }
 }

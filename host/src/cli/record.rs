@@ -12,11 +12,14 @@ use std::sync::atomic::AtomicBool;
 use anyhow::{Context, Result};
 use base64::Engine as _;
 use serde::Serialize;
-use weir::pipeline::{KafkaSourceConfig, StartingOffsets};
-use weir::source::kafka::KafkaSource;
-use weir::source::{Limit, SourceBatch};
 
-pub struct RecordArgs {
+use super::exit::Usage;
+use crate::kafka::KafkaError;
+use crate::pipeline::{KafkaSourceConfig, StartingOffsets};
+use crate::source::kafka::KafkaSource;
+use crate::source::{Limit, SourceBatch};
+
+pub(super) struct RecordArgs {
     pub brokers: String,
     pub topic: String,
     pub starting: StartingOffsets,
@@ -44,8 +47,44 @@ struct Envelope<'a> {
     headers: serde_json::Map<String, serde_json::Value>,
 }
 
+/// librdkafka options from `--kafka NAME=VALUE` flags and a `--kafka-file`. A credential on the
+/// command line is refused: any user of the machine can read a process's arguments.
+pub(super) fn options(flags: &[String], file: Option<&std::path::Path>) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    for kv in flags {
+        let (k, v) = kv.split_once('=').ok_or_else(|| Usage(format!("--kafka {kv}: write NAME=VALUE")))?;
+        if secret(k) {
+            return Err(Usage(format!(
+                "--kafka {k}=...: a credential on the command line is visible to every user of the machine; put it \
+                 in a file given with --kafka-file"
+            ))
+            .into());
+        }
+        out.push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).map_err(|e| Usage(format!("--kafka-file {}: {e}", path.display())))?;
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (k, v) =
+                line.split_once('=').ok_or_else(|| Usage(format!("{}:{}: write NAME=VALUE", path.display(), i + 1)))?;
+            out.push((k.trim().to_string(), v.trim().to_string()));
+        }
+    }
+    Ok(out)
+}
+
+/// Whether a librdkafka option carries a credential.
+fn secret(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["password", "secret", "jaas", "token", "key.pem", "certificate.pem"].iter().any(|s| name.contains(s))
+}
+
 /// Records into `out`; returns how many records were written.
-pub fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> Result<u64> {
+pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> Result<u64> {
     let mut options = vec![("bootstrap.servers".to_string(), args.brokers.clone())];
     options.extend(args.options.iter().cloned());
     let cfg = KafkaSourceConfig {
@@ -65,7 +104,7 @@ pub fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> 
         let batch = match source.next_batch(limit(written)) {
             Ok(Some(b)) => b,
             Ok(None) => break,
-            Err(weir::source::KafkaError::Stopped) => break,
+            Err(KafkaError::Stopped) => break,
             Err(e) => return Err(e).context("reading the topic"),
         };
         let room = args.max.map_or(usize::MAX, |m| (m - written) as usize);
@@ -81,8 +120,8 @@ fn write_batch(b: &SourceBatch, room: usize, out: &mut dyn Write) -> Result<u64>
     let r = &b.records;
     let mut headers = r.headers.iter().peekable();
     for (i, pos) in b.positions.iter().enumerate().take(room) {
-        let value = &r.values[start(&r.value_ends, i)..r.value_ends[i] as usize];
-        let key = &r.keys[start(&r.key_ends, i)..r.key_ends[i] as usize];
+        let value = crate::columns::item(&r.values, &r.value_ends, i);
+        let key = crate::columns::item(&r.keys, &r.key_ends, i);
         let mut hs = serde_json::Map::new();
         while let Some(h) = headers.next_if(|h| h.index as usize == i) {
             hs.insert(h.name.clone(), String::from_utf8_lossy(&h.value).into_owned().into());
@@ -103,6 +142,23 @@ fn write_batch(b: &SourceBatch, room: usize, out: &mut dyn Write) -> Result<u64>
     Ok(b.positions.len().min(room) as u64)
 }
 
-fn start(ends: &[u32], i: usize) -> usize {
-    if i == 0 { 0 } else { ends[i - 1] as usize }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_go_in_a_file_never_in_flags() {
+        let e = options(&["sasl.password=hunter2".into()], None).unwrap_err().to_string();
+        assert!(e.contains("--kafka-file") && !e.contains("hunter2"), "{e}");
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), "# creds\nsasl.password = hunter2\n\nsecurity.protocol=SASL_SSL\n").unwrap();
+        let got = options(&["client.id=rec".into()], Some(f.path())).unwrap();
+        let want: Vec<(String, String)> =
+            [("client.id", "rec"), ("sasl.password", "hunter2"), ("security.protocol", "SASL_SSL")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        assert_eq!(got, want);
+        assert!(options(&["no-equals".into()], None).is_err());
+    }
 }

@@ -3,15 +3,18 @@
 //! blocks a pipeline. The registry lives in the [`Runtime`](super::Runtime), shared by every
 //! pipeline of the process.
 
-use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
 use serde::Serialize;
 
 /// One stage's counters.
 #[derive(Debug, Default)]
-pub struct PluginMetrics {
+pub(crate) struct PluginMetrics {
     pub(crate) calls: AtomicU64,
     pub(crate) records_in: AtomicU64,
     pub(crate) records_out: AtomicU64,
@@ -28,7 +31,7 @@ pub(crate) fn bump(counter: &AtomicU64, n: u64) {
 }
 
 impl PluginMetrics {
-    pub fn snapshot(&self) -> Snapshot {
+    pub(crate) fn snapshot(&self) -> Snapshot {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         Snapshot {
             calls: get(&self.calls),
@@ -45,7 +48,7 @@ impl PluginMetrics {
 /// A stage's metrics at one moment.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     pub calls: u64,
     pub records_in: u64,
     pub records_out: u64,
@@ -55,9 +58,9 @@ pub struct Snapshot {
     pub memory_high_water_bytes: u64,
 }
 
-/// Which stage a set of metrics belongs to.
-#[derive(Debug, Clone)]
-pub struct StageLabels {
+/// Which stage a set of metrics belongs to (its Prometheus labels).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, EncodeLabelSet)]
+pub(crate) struct StageLabels {
     pub pipeline: String,
     pub stage: String,
     pub plugin: String,
@@ -65,7 +68,7 @@ pub struct StageLabels {
 
 /// Every stage's metrics in the process.
 #[derive(Debug, Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     stages: Mutex<Vec<(StageLabels, Arc<PluginMetrics>)>>,
 }
 
@@ -86,52 +89,54 @@ impl Registry {
     }
 
     /// Snapshots of one pipeline's stages, by stage name.
-    pub fn pipeline(&self, pipeline: &str) -> Vec<(String, Snapshot)> {
+    pub(crate) fn pipeline(&self, pipeline: &str) -> Vec<(String, Snapshot)> {
         let Ok(stages) = self.stages.lock() else { return Vec::new() };
         stages.iter().filter(|(l, _)| l.pipeline == pipeline).map(|(l, m)| (l.stage.clone(), m.snapshot())).collect()
     }
-
-    /// The Prometheus text exposition format.
-    pub fn prometheus(&self) -> String {
-        let Ok(stages) = self.stages.lock() else { return String::new() };
-        let snaps: Vec<(StageLabels, Snapshot)> = stages.iter().map(|(l, m)| (l.clone(), m.snapshot())).collect();
-        drop(stages);
-        type Get = fn(&Snapshot) -> f64;
-        let families: [(&str, &str, &str, Get); 7] = [
-            ("weir_plugin_calls_total", "counter", "Calls into the plugin.", |s| s.calls as f64),
-            ("weir_plugin_records_in_total", "counter", "Records (or events, rows) passed in.", |s| {
-                s.records_in as f64
-            }),
-            ("weir_plugin_records_out_total", "counter", "Events, accumulators or rows passed back.", |s| {
-                s.records_out as f64
-            }),
-            ("weir_plugin_errors_total", "counter", "Record errors reported and calls failed.", |s| s.errors as f64),
-            ("weir_plugin_seconds_total", "counter", "Wall-clock time spent in the plugin.", |s| s.seconds),
-            ("weir_plugin_fuel_consumed_total", "counter", "Fuel burnt (with fuel metering on).", |s| s.fuel as f64),
-            ("weir_plugin_memory_high_water_bytes", "gauge", "Largest linear memory of any of its instances.", |s| {
-                s.memory_high_water_bytes as f64
-            }),
-        ];
-        let mut out = String::new();
-        for (name, kind, help, get) in families {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (l, s) in &snaps {
-                let _ = writeln!(
-                    out,
-                    "{name}{{pipeline=\"{}\",stage=\"{}\",plugin=\"{}\"}} {}",
-                    escape(&l.pipeline),
-                    escape(&l.stage),
-                    escape(&l.plugin),
-                    get(s)
-                );
-            }
-        }
-        out
-    }
 }
 
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+/// The plugin metrics as a Prometheus collector: each scrape reads the counters as they stand
+/// (atomics; no pipeline waits on a scrape) and encodes one series per stage.
+impl prometheus_client::collector::Collector for Registry {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let snaps: Vec<(StageLabels, Snapshot)> = match self.stages.lock() {
+            Ok(stages) => stages.iter().map(|(l, m)| (l.clone(), m.snapshot())).collect(),
+            Err(_) => return Ok(()),
+        };
+        type Get = fn(&Snapshot) -> u64;
+        let counters: [(&str, &str, Get); 5] = [
+            ("weir_plugin_calls", "Calls into the plugin.", |s| s.calls),
+            ("weir_plugin_records_in", "Records (or events, rows) passed in.", |s| s.records_in),
+            ("weir_plugin_records_out", "Events, accumulators or rows passed back.", |s| s.records_out),
+            ("weir_plugin_errors", "Record errors reported and calls failed.", |s| s.errors),
+            ("weir_plugin_fuel_consumed", "Fuel burnt (with fuel metering on).", |s| s.fuel),
+        ];
+        for (name, help, get) in counters {
+            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (labels, s) in &snaps {
+                ConstCounter::new(get(s)).encode(family.encode_family(labels)?)?;
+            }
+        }
+        let mut family = encoder.encode_descriptor(
+            "weir_plugin_seconds",
+            "Wall-clock time spent in the plugin.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (labels, s) in &snaps {
+            ConstCounter::new(s.seconds).encode(family.encode_family(labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "weir_plugin_memory_high_water_bytes",
+            "Largest linear memory of any of its instances.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (labels, s) in &snaps {
+            ConstGauge::new(s.memory_high_water_bytes as i64).encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]
@@ -140,15 +145,19 @@ mod tests {
 
     #[test]
     fn prometheus_text_has_one_series_per_stage() {
-        let r = Registry::default();
+        let r = Arc::new(Registry::default());
         let labels = |stage: &str| StageLabels { pipeline: "p".into(), stage: stage.into(), plugin: "a.wasm".into() };
         let m = r.register(labels("parse"));
         bump(&m.calls, 3);
         assert!(Arc::ptr_eq(&m, &r.register(labels("parse"))));
         r.register(labels("sink"));
-        let text = r.prometheus();
+        let mut exposition = prometheus_client::registry::Registry::default();
+        exposition.register_collector(Box::new(r.clone()));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &exposition).unwrap();
         assert!(text.contains("weir_plugin_calls_total{pipeline=\"p\",stage=\"parse\",plugin=\"a.wasm\"} 3"), "{text}");
         assert!(text.contains("weir_plugin_calls_total{pipeline=\"p\",stage=\"sink\",plugin=\"a.wasm\"} 0"), "{text}");
+        assert!(text.contains("# TYPE weir_plugin_memory_high_water_bytes gauge"), "{text}");
         assert_eq!(r.pipeline("p").len(), 2);
     }
 }

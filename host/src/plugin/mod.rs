@@ -15,7 +15,8 @@
 //! `docs/security.md` is the user-facing version of this contract.
 
 mod cache;
-pub mod metrics;
+mod grants;
+pub(crate) mod metrics;
 mod roles;
 mod sandbox;
 mod waits;
@@ -28,14 +29,18 @@ use std::time::Duration;
 use wasmtime::component::{Component, Linker};
 use wasmtime::{Config, Engine};
 
-pub use bindings::weir::plugin::types::{BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind};
-pub use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, Transformer};
-pub use sandbox::{DirGrant, Grants, Limits, PluginError, StageSpec, WitError};
+pub(crate) use bindings::weir::plugin::types::{
+    BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind,
+};
+pub(crate) use grants::{DirGrant, Grants};
+pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
+pub(crate) use sandbox::{Limits, PluginError, StageSpec, WitError};
 
 mod bindings {
+    // The world by name alone: its package version is `wit/plugin.wit`'s, wherever it is said.
     wasmtime::component::bindgen!({
         path: "../wit",
-        world: "weir:plugin/plugin@0.3.0",
+        world: "plugin",
     });
 }
 
@@ -71,8 +76,9 @@ impl Default for RowBatch {
     }
 }
 
-/// The WIT package version this host implements; components must match its major.minor.
-pub const WIT_VERSION: &str = "0.3.0";
+/// The WIT package version this host implements, as `wit/plugin.wit` declares it (read by
+/// `build.rs`); components must match its major.minor.
+pub(crate) const WIT_VERSION: &str = env!("WEIR_WIT_VERSION");
 
 /// How often the epoch ticks: how often a long call's deadline and fair share are checked.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
@@ -88,20 +94,20 @@ const FAIR_SLICE: Duration = Duration::from_millis(20);
 const GIVE_WAY: u32 = 3;
 
 /// The process-wide Wasm runtime. Cheap to share (`Arc`); stops its epoch thread on drop.
-pub struct Runtime {
+pub(crate) struct Runtime {
     engine: Engine,
     linker: Linker<sandbox::HostState>,
     cache: cache::ComponentCache,
     ticker: Arc<AtomicBool>,
     /// Fuel metering is on: every store gets fuel before each call.
     fuel: bool,
-    metrics: metrics::Registry,
+    metrics: Arc<metrics::Registry>,
     /// Pipelines running in this process.
     pipelines: Arc<AtomicUsize>,
 }
 
 /// A pipeline running on a [`Runtime`], until dropped.
-pub struct PipelineGuard(Arc<AtomicUsize>);
+pub(crate) struct PipelineGuard(Arc<AtomicUsize>);
 
 impl Drop for PipelineGuard {
     fn drop(&mut self) {
@@ -113,7 +119,7 @@ impl Runtime {
     /// Creates the engine. Compiled components are cached under `cache_dir`. `fuel` turns on
     /// fuel metering for every plugin in the process (code compiled with it runs slower, so it
     /// is on only when some stage sets `limits.fuel`).
-    pub fn new(cache_dir: PathBuf, fuel: bool) -> Result<Arc<Self>, PluginError> {
+    pub(crate) fn new(cache_dir: PathBuf, fuel: bool) -> Result<Arc<Self>, PluginError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(fuel);
@@ -142,32 +148,29 @@ impl Runtime {
             .map_err(|e| PluginError::Engine(format!("cannot start the epoch thread: {e}")))?;
 
         let cache = cache::ComponentCache::new(cache_dir, &engine);
-        Ok(Arc::new(Self {
-            engine,
-            linker,
-            cache,
-            ticker,
-            fuel,
-            metrics: metrics::Registry::default(),
-            pipelines: Arc::default(),
-        }))
+        Ok(Arc::new(Self { engine, linker, cache, ticker, fuel, metrics: Arc::default(), pipelines: Arc::default() }))
     }
 
     /// Every plugin stage's metrics in this process.
-    pub fn metrics(&self) -> &metrics::Registry {
+    pub(crate) fn metrics(&self) -> &metrics::Registry {
         &self.metrics
+    }
+
+    /// The same metrics, for a Prometheus registry to collect at each scrape.
+    pub(crate) fn metrics_collector(&self) -> Arc<metrics::Registry> {
+        self.metrics.clone()
     }
 
     /// Counts a pipeline as running until the guard drops. With more than one, calls past
     /// their fair slice give way to the others.
-    pub fn enter_pipeline(&self) -> PipelineGuard {
+    pub(crate) fn enter_pipeline(&self) -> PipelineGuard {
         self.pipelines.fetch_add(1, Ordering::Relaxed);
         PipelineGuard(self.pipelines.clone())
     }
 
     /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,
     /// else `~/.cache/weir/components`.
-    pub fn default_cache_dir() -> PathBuf {
+    pub(crate) fn default_cache_dir() -> PathBuf {
         if let Some(d) = std::env::var_os("WEIR_CACHE_DIR") {
             return PathBuf::from(d);
         }

@@ -19,7 +19,7 @@ macro_rules! role {
         pub(crate) struct $role;
         impl Role for $role {
             const NAME: &'static str = $name;
-            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", "0.3.0");
+            const INTERFACE: &'static str = concat!("weir:plugin/", stringify!($module), "@", env!("WEIR_WIT_VERSION"));
             type Indices = $module::GuestIndices;
             type Guest = $module::Guest;
             fn indices(pre: &InstancePre<HostState>) -> wasmtime::Result<Self::Indices> {
@@ -104,14 +104,14 @@ fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Re
 }
 
 /// A parser stage.
-pub struct Parser(Sandbox<ParserRole>);
+pub(crate) struct Parser(Sandbox<ParserRole>);
 
 impl Parser {
-    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
 
-    pub fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
+    pub(crate) fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
         self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
@@ -122,7 +122,7 @@ impl Parser {
 }
 
 /// What the engine needs of a parser stage: the Wasm [`Parser`], or a native baseline.
-pub trait ParseFns: Send {
+pub(crate) trait ParseFns: Send {
     /// Parses a whole batch; origins in the output index into `input`'s records.
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError>;
 }
@@ -134,14 +134,14 @@ impl ParseFns for Parser {
 }
 
 /// A transformer stage.
-pub struct Transformer(Sandbox<TransformerRole>);
+pub(crate) struct Transformer(Sandbox<TransformerRole>);
 
 impl Transformer {
-    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
 
-    pub fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
+    pub(crate) fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
         self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_transform(s, input))?;
         check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
@@ -151,10 +151,22 @@ impl Transformer {
     }
 }
 
+/// What the engine needs of a transformer stage: the Wasm [`Transformer`], or host code.
+pub(crate) trait TransformFns: Send {
+    /// Transforms a whole batch; origins in the output index into `input`'s events.
+    fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError>;
+}
+
+impl TransformFns for Transformer {
+    fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
+        Transformer::transform(self, input)
+    }
+}
+
 /// The aggregator's batched calls (`wit/plugin.wit`), as the window operators make them. The
 /// Wasm aggregator implements them for pipelines; native implementations serve tests and
 /// native baselines.
-pub trait AggregateFns: Send {
+pub(crate) trait AggregateFns: Send {
     /// Folds group `g`'s events (`events[members[k]]`, `k` in its range) into `accs[g]`.
     fn accumulate(
         &mut self,
@@ -169,31 +181,42 @@ pub trait AggregateFns: Send {
     fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError>;
     /// The stage name, for errors.
     fn stage(&self) -> &str;
+    /// The version of the accumulator encoding (host code has one encoding: 1).
+    fn state_version(&mut self) -> Result<u32, PluginError> {
+        Ok(1)
+    }
+    /// Accumulators written by state version `from`, converted to this one's.
+    fn migrate(&mut self, from: u32, _accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Err(PluginError::Failed {
+            stage: self.stage().to_string(),
+            error: WitError::Unsupported(format!("no migration from state version {from}")),
+        })
+    }
 }
 
 /// An aggregator stage.
-pub struct Aggregator(Sandbox<AggregatorRole>);
+pub(crate) struct Aggregator(Sandbox<AggregatorRole>);
 
 impl Aggregator {
-    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
+}
 
+impl AggregateFns for Aggregator {
     /// The plugin build's accumulator encoding version.
-    pub fn state_version(&mut self) -> Result<u32, PluginError> {
+    fn state_version(&mut self) -> Result<u32, PluginError> {
         self.0.call(|g, s| g.call_state_version(s).map(Ok))
     }
 
     /// Accumulators written by state version `from`, converted to this build's. A plugin
     /// that cannot answers `PluginError::Failed` with `unsupported`.
-    pub fn migrate(&mut self, from: u32, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+    fn migrate(&mut self, from: u32, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_migrate(s, from, accs))?;
         check_count(self.0.stage(), "migrate", out.len(), accs.len())?;
         Ok(out)
     }
-}
 
-impl AggregateFns for Aggregator {
     fn accumulate(
         &mut self,
         accs: &[Vec<u8>],
@@ -236,23 +259,27 @@ impl AggregateFns for Aggregator {
 }
 
 /// A sink stage.
-pub struct Sink(Sandbox<SinkRole>);
+pub(crate) struct Sink(Sandbox<SinkRole>);
+
+fn delivery(d: &crate::sink::Delivery) -> sink::Delivery {
+    sink::Delivery { checkpoint: d.checkpoint.to_string(), batch_id: d.batch_id }
+}
 
 impl Sink {
-    pub fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
 
-    pub fn write_batch(&mut self, batch_id: u64, rows: &sink::RowBatch) -> Result<(), PluginError> {
+    pub(crate) fn write_batch(&mut self, d: &crate::sink::Delivery, rows: &sink::RowBatch) -> Result<(), PluginError> {
         self.0.recycle_if_due();
-        self.0.call(|g, s| g.call_write_batch(s, batch_id, rows))?;
+        self.0.call(|g, s| g.call_write_batch(s, &delivery(d), rows))?;
         bump(&self.0.metrics().records_in, rows.row_ends.len() as u64);
         Ok(())
     }
 
-    pub fn commit(&mut self, batch_id: u64) -> Result<(), PluginError> {
-        self.0.call(|g, s| g.call_commit(s, batch_id))
+    pub(crate) fn commit(&mut self, d: &crate::sink::Delivery) -> Result<(), PluginError> {
+        self.0.call(|g, s| g.call_commit(s, &delivery(d)))
     }
 }
 
-pub use sink::RowBatch;
+pub(crate) use sink::RowBatch;

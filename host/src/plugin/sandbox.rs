@@ -7,18 +7,17 @@ use std::time::{Duration, Instant};
 use wasmtime::component::{Instance, InstancePre, ResourceTable};
 use wasmtime::{ResourceLimiter, Store};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{
-    Error as HttpError, RequestOptions, WasiBody, WasiHttpCtx, WasiHttpCtxView, WasiHttpHooks, WasiHttpView,
-};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use super::bindings::weir::plugin::{host, types};
+use super::grants::{Grants, HttpAllowList, Resolved};
 use super::metrics::{PluginMetrics, StageLabels, bump};
 use super::{EPOCH_TICK, FAIR_SLICE, GIVE_WAY, Runtime};
 
 /// Everything the host needs to run one plugin stage.
 #[derive(Debug, Clone)]
-pub struct StageSpec {
+pub(crate) struct StageSpec {
     /// `pipeline/stage`, used in every log line and error.
     pub name: String,
     pub component: PathBuf,
@@ -28,36 +27,9 @@ pub struct StageSpec {
     pub limits: Limits,
 }
 
-/// What a plugin may reach beyond its own memory. Everything is denied unless granted here:
-/// no files, no network, no environment variables; clocks read as the Unix epoch and never
-/// move, and randomness comes from a fixed seed, so that a plugin's output depends only on its
-/// input (a batch re-run after a crash must yield the same rows).
-#[derive(Debug, Clone, Default)]
-pub struct Grants {
-    pub dirs: Vec<DirGrant>,
-    /// Environment variables, name and value (read from Weir's environment at load).
-    pub env: Vec<(String, String)>,
-    /// The host's wall and monotonic clocks.
-    pub clocks: bool,
-    /// The host's random source.
-    pub random: bool,
-    /// TCP connections to exactly these addresses.
-    pub network: Vec<std::net::SocketAddr>,
-    /// Outbound HTTP (`wasi:http`) to exactly these authorities (`host:port`).
-    pub http: Vec<String>,
-}
-
-/// A host directory the plugin may see, at `guest` inside the sandbox.
-#[derive(Debug, Clone)]
-pub struct DirGrant {
-    pub host: PathBuf,
-    pub guest: String,
-    pub writable: bool,
-}
-
 /// Per-call limits. Defaults are safe for untrusted code; the pipeline file may change them.
 #[derive(Debug, Clone, Copy)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Wall-clock time one call may take before it traps.
     pub call_timeout: Duration,
     /// Linear memory the instance may grow to, in bytes.
@@ -90,29 +62,8 @@ impl Default for Limits {
 /// that writes more has its further writes fail; stdout goes nowhere.
 const STDERR_CAPTURE: usize = 16 << 10;
 
-/// The clocks a plugin without `grants.clocks` sees: the epoch, forever.
-struct Frozen;
-
-impl wasmtime_wasi::HostWallClock for Frozen {
-    fn resolution(&self) -> Duration {
-        Duration::from_secs(1)
-    }
-    fn now(&self) -> Duration {
-        Duration::ZERO
-    }
-}
-
-impl wasmtime_wasi::HostMonotonicClock for Frozen {
-    fn resolution(&self) -> u64 {
-        1
-    }
-    fn now(&self) -> u64 {
-        0
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
-pub enum PluginError {
+pub(crate) enum PluginError {
     #[error("wasm engine: {0}")]
     Engine(String),
     #[error("cannot read plugin {}", path.display())]
@@ -127,11 +78,11 @@ pub enum PluginError {
     Version { path: PathBuf, found: String, supported: String },
     #[error("stage {stage}: plugin {} cannot be the {role}: it does not implement {interface}", path.display())]
     MissingRole { stage: String, path: PathBuf, role: &'static str, interface: &'static str },
-    #[error("stage {stage}: cannot grant directory {}: {message}", host.display())]
-    Grant { stage: String, host: PathBuf, message: String },
+    #[error("stage {stage}: cannot grant {what}: {message}")]
+    Grant { stage: String, what: String, message: String },
     #[error("stage {stage}: cannot instantiate plugin: {message}")]
     Instantiate { stage: String, message: String },
-    #[error("stage {stage}: plugin returned an error: {error}")]
+    #[error("stage {stage}: the plugin failed: {}", say(error))]
     Failed { stage: String, error: WitError },
     #[error("stage {stage}: plugin trapped: {message}")]
     Trap { stage: String, message: String },
@@ -143,9 +94,36 @@ pub enum PluginError {
     Contract { stage: String, message: String },
 }
 
+/// A plugin's error in plain words (the bindings' own `Display` is Rust debug output).
+fn say(e: &WitError) -> String {
+    match e {
+        WitError::InvalidConfig(m) => format!("its config is not valid: {m}"),
+        WitError::BadState(m) => format!("it cannot read its state: {m}"),
+        WitError::Unsupported(m) => format!("unsupported: {m}"),
+        WitError::Io(m) => format!("input/output error: {m}"),
+        WitError::Internal(m) => m.clone(),
+    }
+}
+
 impl PluginError {
+    /// Whether the failure is in what the pipeline file names (a component that cannot be read,
+    /// built for another contract, not playing its role, refusing its config, or a grant that
+    /// cannot be given) rather than in running it.
+    pub(crate) fn is_config(&self) -> bool {
+        matches!(
+            self,
+            Self::Read { .. }
+                | Self::Compile { .. }
+                | Self::Version { .. }
+                | Self::MissingRole { .. }
+                | Self::Grant { .. }
+                | Self::Instantiate { .. }
+                | Self::Failed { error: WitError::InvalidConfig(_), .. }
+        )
+    }
+
     /// The stage the failure happened in (empty for failures before a stage exists).
-    pub fn stage(&self) -> &str {
+    pub(crate) fn stage(&self) -> &str {
         match self {
             Self::MissingRole { stage, .. }
             | Self::Grant { stage, .. }
@@ -160,7 +138,7 @@ impl PluginError {
     }
 }
 
-pub use types::PluginError as WitError;
+pub(crate) use types::PluginError as WitError;
 
 /// Elements a plugin's tables may grow to (function references, mostly).
 const MAX_TABLE_ELEMENTS: usize = 100_000;
@@ -232,39 +210,6 @@ impl WasiHttpView for HostState {
     }
 }
 
-/// Outbound HTTP is denied unless the request's authority is on the stage's `grants.http`.
-struct HttpAllowList(Vec<String>);
-
-impl WasiHttpHooks for HttpAllowList {
-    fn send_request(
-        &mut self,
-        request: http::Request<WasiBody>,
-        options: Option<RequestOptions>,
-        fut: Box<dyn Future<Output = Result<(), HttpError>> + Send>,
-    ) -> Box<
-        dyn Future<
-                Output = Result<
-                    (http::Response<WasiBody>, Box<dyn Future<Output = Result<(), HttpError>> + Send>),
-                    HttpError,
-                >,
-            > + Send,
-    > {
-        drop(fut);
-        // Compared as host:port, the port filled in from the scheme when the request has none.
-        let uri = request.uri();
-        let port = uri.port_u16().unwrap_or(if uri.scheme() == Some(&http::uri::Scheme::HTTPS) { 443 } else { 80 });
-        let authority = format!("{}:{port}", uri.host().unwrap_or_default());
-        if !self.0.contains(&authority) {
-            return Box::new(async { Err(HttpError::HttpRequestDenied) });
-        }
-        Box::new(async move {
-            use http_body_util::BodyExt;
-            let (res, io) = wasmtime_wasi_http::default_send_request(request, options).await?;
-            Ok((res.map(BodyExt::boxed_unsync), Box::new(io) as Box<dyn Future<Output = _> + Send>))
-        })
-    }
-}
-
 impl host::Host for HostState {
     fn log(&mut self, level: host::LogLevel, message: String) {
         let stage = &self.spec.name;
@@ -304,6 +249,8 @@ pub(crate) struct Sandbox<R: Role> {
     spec: Arc<StageSpec>,
     pre: InstancePre<HostState>,
     indices: R::Indices,
+    /// The stage's grants, looked up at start-up; applied to each new instance.
+    grants: Resolved,
     live: Option<(Store<HostState>, R::Guest)>,
     /// Ticks before a call's first check: its fair slice, or its deadline if sooner.
     first_check_ticks: u64,
@@ -317,14 +264,7 @@ pub(crate) struct Sandbox<R: Role> {
 
 impl<R: Role> Sandbox<R> {
     pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
-        // A writable grant is an output location: create it, as a file sink would its file.
-        for d in spec.grants.dirs.iter().filter(|d| d.writable) {
-            std::fs::create_dir_all(&d.host).map_err(|e| PluginError::Grant {
-                stage: spec.name.clone(),
-                host: d.host.clone(),
-                message: e.to_string(),
-            })?;
-        }
+        let grants = spec.grants.resolve(&spec.name)?;
         let component = runtime.load(&spec.component)?;
         let stage = spec.name.clone();
         let pre = runtime
@@ -350,6 +290,7 @@ impl<R: Role> Sandbox<R> {
             spec: Arc::new(spec),
             pre,
             indices,
+            grants,
             live: None,
             first_check_ticks,
             pipelines: runtime.pipelines.clone(),
@@ -387,36 +328,11 @@ impl<R: Role> Sandbox<R> {
         let stderr = MemoryOutputPipe::new(STDERR_CAPTURE);
         let mut wasi = WasiCtxBuilder::new();
         wasi.stderr(stderr.clone());
-        let g = &spec.grants;
-        if !g.clocks {
-            wasi.wall_clock(Frozen).monotonic_clock(Frozen);
-        }
-        if !g.random {
-            use rand::SeedableRng;
-            wasi.secure_random(rand::rngs::StdRng::seed_from_u64(0))
-                .insecure_random(rand::rngs::StdRng::seed_from_u64(1))
-                .insecure_random_seed(0);
-        }
-        wasi.envs(&g.env);
-        if !g.network.is_empty() {
-            let allowed = g.network.clone();
-            wasi.allow_tcp(true).socket_addr_check(move |addr, _| {
-                let ok = allowed.contains(&addr);
-                Box::pin(async move { ok })
-            });
-        }
-        for d in &g.dirs {
-            let perms = if d.writable { FsPerms::ReadWrite } else { FsPerms::ReadOnly };
-            wasi.preopened_dir(&d.host, &d.guest, perms).map_err(|e| PluginError::Grant {
-                stage: spec.name.clone(),
-                host: d.host.clone(),
-                message: e.to_string(),
-            })?;
-        }
+        self.grants.apply(&mut wasi, &spec.name)?;
         let state = HostState {
             wasi: wasi.build(),
             http: WasiHttpCtx::new(),
-            http_allowed: HttpAllowList(g.http.clone()),
+            http_allowed: self.grants.http(),
             table: ResourceTable::new(),
             memory: MemoryCap { max: spec.limits.max_memory, refused: false, metrics: self.metrics.clone() },
             stderr,

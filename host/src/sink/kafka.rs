@@ -1,12 +1,15 @@
 //! The native Kafka sink: each row a message (the row's JSON as value), each message tagged with
-//! its batch id in the `weir.batch` header.
+//! its delivery: the checkpoint's identity in the `weir.checkpoint` header and the batch id in
+//! `weir.batch`.
 //!
 //! Transactional (the default for micro-batch triggers): an idempotent producer with a stable
 //! `transactional.id` produces each batch in one transaction, so `read_committed` consumers see
 //! a batch entirely or not at all. A batch can still be produced twice: once before a crash that
-//! came between the transaction's commit and the checkpoint's, and once on the re-run. So on
-//! start, after `init_transactions` has fenced (and aborted) any previous incarnation, the sink
-//! reads the tail of every partition of its topic and skips the batches already there.
+//! came between the transaction's commit and the checkpoint's, and once on the re-run. So before
+//! its first delivery, after `init_transactions` has fenced (and aborted) any previous
+//! incarnation, the sink reads the tail of every partition of its topic and skips the batches of
+//! *its own checkpoint* already there. Messages of other checkpoints (a replay from a fresh
+//! checkpoint, another pipeline sharing the topic) are other rows and never make it skip.
 //!
 //! Non-transactional (continuous mode, or brokers without transactions): an idempotent producer,
 //! at-least-once, with the header to dedupe on. With micro-batches a batch counts as delivered
@@ -26,16 +29,23 @@ use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use super::{RowSink, Rows, RowsExt, SinkError};
+use super::{Delivery, RowSink, Rows, SinkError};
+use crate::columns;
+use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
 use crate::pipeline::KafkaSinkConfig;
-use crate::source::kafka::{KafkaError, client_config, with_retry};
 
 /// The header carrying a message's batch id (decimal).
-pub const BATCH_HEADER: &str = "weir.batch";
+pub(crate) const BATCH_HEADER: &str = "weir.batch";
+
+/// The header carrying the identity of the checkpoint that planned the message's batch.
+pub(crate) const CHECKPOINT_HEADER: &str = "weir.checkpoint";
 
 /// How far back from each partition's end the start-up scan for delivered batches looks.
 const SCAN_BACK: i64 = 10_000;
-const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long the start-up scan may take before it gives up (and warns that the last batch may be
+/// written twice).
+const SCAN_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Counts failed deliveries; the batch fails if any message did.
 #[derive(Default)]
@@ -59,19 +69,22 @@ impl ProducerContext for Deliveries {
     }
 }
 
-pub struct KafkaSink {
+pub(crate) struct KafkaSink {
     producer: BaseProducer<Deliveries>,
     topic: String,
+    /// Connection options, for the start-up scan's consumer.
+    options: Vec<(String, String)>,
     transactional: bool,
     /// Wait for acknowledgements only in `sync` (continuous mode).
     lazy_acks: bool,
-    /// The highest batch id already in the topic when the sink started.
-    delivered: Option<u64>,
+    /// Found by the scan before the first delivery: the checkpoint scanned for, and the highest
+    /// batch id of it already in the topic.
+    delivered: Option<(String, Option<u64>)>,
     stop: Arc<AtomicBool>,
 }
 
 impl KafkaSink {
-    pub fn open(cfg: &KafkaSinkConfig, continuous: bool, stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
+    pub(crate) fn open(cfg: &KafkaSinkConfig, continuous: bool, stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
         let mut defaults = vec![("enable.idempotence", "true"), ("acks", "all")];
         if cfg.transactional {
             defaults.push(("transactional.id", &cfg.transactional_id));
@@ -84,26 +97,42 @@ impl KafkaSink {
             .create_with_context(Deliveries::default())
             .map_err(KafkaError::Config)?;
         if cfg.transactional {
-            with_retry(&stop, "init_transactions", || producer.init_transactions(CALL_TIMEOUT))?;
-        }
-        let delivered = if cfg.transactional { last_batch_in(&cfg.topic, &cfg.options, &stop)? } else { None };
-        if let Some(b) = delivered {
-            tracing::info!("kafka sink: batches up to {b} are already in topic {}", cfg.topic);
+            with_retry(&stop, "init_transactions", || producer.init_transactions(FLUSH_TIMEOUT))?;
         }
         Ok(Self {
             producer,
             topic: cfg.topic.clone(),
+            options: connection_options(&cfg.options),
             transactional: cfg.transactional,
             lazy_acks: continuous && !cfg.transactional,
-            delivered,
+            delivered: None,
             stop,
         })
     }
 
-    fn produce(&self, batch_id: u64, rows: &Rows) -> Result<(), RdError> {
-        let id = batch_id.to_string();
-        for row in rows.iter_rows() {
-            let headers = OwnedHeaders::new().insert(Header { key: BATCH_HEADER, value: Some(id.as_str()) });
+    /// Whether `d` is already in the topic (transactional sinks only; the scan runs once, before
+    /// the first delivery, when the checkpoint's identity is known).
+    fn already_delivered(&mut self, d: &Delivery) -> Result<bool, KafkaError> {
+        if !self.transactional {
+            return Ok(false);
+        }
+        let known = matches!(&self.delivered, Some((cp, _)) if cp == d.checkpoint);
+        if !known {
+            let last = last_batch_in(&self.topic, d.checkpoint, &self.options, &self.stop)?;
+            if let Some(b) = last {
+                tracing::info!("kafka sink: batches up to {b} of this checkpoint are already in topic {}", self.topic);
+            }
+            self.delivered = Some((d.checkpoint.to_string(), last));
+        }
+        Ok(matches!(self.delivered, Some((_, Some(last))) if d.batch_id <= last))
+    }
+
+    fn produce(&self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
+        let id = d.batch_id.to_string();
+        for row in columns::items(&rows.rows, &rows.row_ends) {
+            let headers = OwnedHeaders::new()
+                .insert(Header { key: CHECKPOINT_HEADER, value: Some(d.checkpoint) })
+                .insert(Header { key: BATCH_HEADER, value: Some(id.as_str()) });
             let mut record = BaseRecord::<(), [u8]>::to(&self.topic).payload(row).headers(headers);
             loop {
                 match self.producer.send(record) {
@@ -119,25 +148,25 @@ impl KafkaSink {
         Ok(())
     }
 
-    fn deliver_once(&self, batch_id: u64, rows: &Rows) -> Result<(), RdError> {
+    fn deliver_once(&self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
         if !self.lazy_acks {
             self.producer.context().failed.store(0, Ordering::Relaxed);
         }
         if self.transactional {
             self.producer.begin_transaction()?;
-            if let Err(e) = self.produce(batch_id, rows).and_then(|()| self.producer.commit_transaction(CALL_TIMEOUT)) {
-                let _ = self.producer.abort_transaction(CALL_TIMEOUT);
+            if let Err(e) = self.produce(d, rows).and_then(|()| self.producer.commit_transaction(FLUSH_TIMEOUT)) {
+                let _ = self.producer.abort_transaction(FLUSH_TIMEOUT);
                 return Err(e);
             }
         } else {
-            self.produce(batch_id, rows)?;
+            self.produce(d, rows)?;
             if self.lazy_acks {
                 self.producer.poll(Duration::ZERO);
                 return Ok(());
             }
             self.flush()?;
         }
-        self.check_failures(&format!("batch {batch_id}"))
+        self.check_failures(&format!("batch {}", d.batch_id))
     }
 
     fn check_failures(&self, what: &str) -> Result<(), RdError> {
@@ -156,7 +185,7 @@ impl KafkaSink {
     /// Waits until every message is acknowledged. Not rdkafka's `flush`, whose poll loop
     /// sleeps out 100 ms slices even after the last acknowledgement has arrived.
     fn flush(&self) -> Result<(), RdError> {
-        let deadline = Instant::now() + CALL_TIMEOUT;
+        let deadline = Instant::now() + FLUSH_TIMEOUT;
         loop {
             self.producer.poll(Duration::ZERO);
             if self.producer.in_flight_count() == 0 {
@@ -171,12 +200,12 @@ impl KafkaSink {
 }
 
 impl RowSink for KafkaSink {
-    fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), SinkError> {
-        if rows.row_ends.is_empty() || self.delivered.is_some_and(|d| batch_id <= d) {
+    fn deliver(&mut self, d: &Delivery, rows: &Rows) -> Result<(), SinkError> {
+        if rows.row_ends.is_empty() || self.already_delivered(d)? {
             return Ok(());
         }
-        let what = format!("deliver batch {batch_id} to topic {}", self.topic);
-        with_retry(&self.stop, &what, || self.deliver_once(batch_id, rows))?;
+        let what = format!("deliver batch {} to topic {}", d.batch_id, self.topic);
+        with_retry(&self.stop, &what, || self.deliver_once(d, rows))?;
         Ok(())
     }
 
@@ -190,14 +219,14 @@ impl RowSink for KafkaSink {
     }
 }
 
-/// The largest `weir.batch` among the last committed messages of each partition of `topic`.
-fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -> Result<Option<u64>, KafkaError> {
-    // Only connection options carry over from the producer's configuration.
-    let conn: Vec<(String, String)> = options
-        .iter()
-        .filter(|(k, _)| k == "bootstrap.servers" || ["security.", "sasl.", "ssl."].iter().any(|p| k.starts_with(p)))
-        .cloned()
-        .collect();
+/// The largest `weir.batch` of checkpoint `checkpoint` among the last committed messages of each
+/// partition of `topic`.
+fn last_batch_in(
+    topic: &str,
+    checkpoint: &str,
+    conn: &[(String, String)],
+    stop: &AtomicBool,
+) -> Result<Option<u64>, KafkaError> {
     let consumer: BaseConsumer = client_config(
         &[
             ("group.id", "weir-sink-scan"),
@@ -205,7 +234,7 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
             ("enable.auto.commit", "false"),
             ("enable.partition.eof", "false"),
         ],
-        &conn,
+        conn,
     )
     .create()
     .map_err(KafkaError::Config)?;
@@ -230,16 +259,16 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
     }
     consumer.assign(&tpl).map_err(|e| KafkaError::Call { what: "scan".into(), source: e })?;
     let mut last: Option<u64> = None;
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + SCAN_TIMEOUT;
     while !ends.is_empty() && Instant::now() < deadline {
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 if let Some(hs) = m.headers() {
-                    let id = hs
-                        .iter()
-                        .find(|h| h.key == BATCH_HEADER)
-                        .and_then(|h| std::str::from_utf8(h.value?).ok()?.parse().ok());
-                    last = last.max(id);
+                    let header = |name: &str| hs.iter().find(|h| h.key == name).and_then(|h| h.value);
+                    if header(CHECKPOINT_HEADER) == Some(checkpoint.as_bytes()) {
+                        let id = header(BATCH_HEADER).and_then(|v| std::str::from_utf8(v).ok()?.parse().ok());
+                        last = last.max(id);
+                    }
                 }
                 if ends.get(&m.partition()).is_some_and(|&end| m.offset() + 1 >= end) {
                     ends.remove(&m.partition());
@@ -258,7 +287,7 @@ fn last_batch_in(topic: &str, options: &[(String, String)], stop: &AtomicBool) -
     }
     if !ends.is_empty() {
         tracing::warn!(
-            "kafka sink: could not read to the end of {topic} in 30 s; duplicates of the last batch are possible"
+            "kafka sink: could not read to the end of {topic} in {SCAN_TIMEOUT:?}; duplicates of the last batch are possible"
         );
     }
     Ok(last)

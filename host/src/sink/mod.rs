@@ -1,41 +1,38 @@
-//! Sinks: where a batch's result rows go. A batch is delivered with its id; the same id always
-//! carries the same rows, and after a crash a batch may be delivered again, so a sink that
-//! dedupes on the batch id is exactly-once.
+//! Sinks: where a batch's result rows go. Each batch is delivered with its [`Delivery`]: the
+//! identity of the checkpoint that planned it and its batch id there. The same delivery always
+//! carries the same rows, and after a crash a batch may be delivered again, so a sink that keeps
+//! each delivery once (keyed on both parts: another checkpoint's batch 7 is other rows) is
+//! exactly-once.
+//!
+//! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
+//! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture).
 
 mod kafka;
+mod lines;
+mod wasm;
 
-use std::io::Write;
+use crate::kafka::KafkaError;
+use crate::plugin::{PluginError, RowBatch};
 
-use crate::plugin::{PluginError, RowBatch, Sink};
-use crate::source::KafkaError;
+pub(crate) use kafka::KafkaSink;
+pub(crate) use lines::LineSink;
+pub(crate) use wasm::WasmSink;
 
-pub use kafka::{BATCH_HEADER, KafkaSink};
+/// Rows of one batch, flat: row `i` is `rows[row_ends[i-1]..row_ends[i]]`, a JSON object.
+pub(crate) type Rows = RowBatch;
 
-/// Rows of one batch, flat: row `i` is `data[ends[i-1]..ends[i]]`, a JSON object.
-pub type Rows = RowBatch;
-
-pub trait RowsExt {
-    fn push(&mut self, row: &[u8]);
-    fn iter_rows(&self) -> impl Iterator<Item = &[u8]>;
-}
-
-impl RowsExt for Rows {
-    fn push(&mut self, row: &[u8]) {
-        self.rows.extend_from_slice(row);
-        self.row_ends.push(self.rows.len() as u32);
-    }
-
-    fn iter_rows(&self) -> impl Iterator<Item = &[u8]> {
-        self.row_ends.iter().scan(0usize, |start, &end| {
-            let r = &self.rows[*start..end as usize];
-            *start = end as usize;
-            Some(r)
-        })
-    }
+/// Which delivery a batch is. Exactly-once sinks dedupe on the pair: a batch id alone would make
+/// a replay from a fresh checkpoint, or a second pipeline writing to the same place, look like a
+/// re-delivery and be dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Delivery<'a> {
+    /// The checkpoint's identity, created with it and kept for its life (`weir inspect` shows it).
+    pub checkpoint: &'a str,
+    pub batch_id: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum SinkError {
+pub(crate) enum SinkError {
     #[error(transparent)]
     Plugin(#[from] PluginError),
     #[error("cannot write rows: {0}")]
@@ -45,43 +42,14 @@ pub enum SinkError {
 }
 
 /// Where result rows go.
-pub trait RowSink {
-    /// Delivers batch `batch_id` and makes it visible. Called again with the same rows if the
-    /// process died before the batch was committed.
-    fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), SinkError>;
+pub(crate) trait RowSink: Send {
+    /// Delivers a batch and makes it visible. Called again with the same delivery and rows if
+    /// the process died before the batch was committed.
+    fn deliver(&mut self, delivery: &Delivery, rows: &Rows) -> Result<(), SinkError>;
 
     /// Waits until everything delivered so far is durable; called before the source position
     /// is committed. For sinks whose `deliver` already waits, nothing to do.
     fn sync(&mut self) -> Result<(), SinkError> {
-        Ok(())
-    }
-}
-
-/// A Wasm sink plugin: `write-batch` then `commit`, skipped for empty batches.
-pub struct WasmSink(pub Sink);
-
-impl RowSink for WasmSink {
-    fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), SinkError> {
-        if rows.row_ends.is_empty() {
-            return Ok(());
-        }
-        self.0.write_batch(batch_id, rows)?;
-        self.0.commit(batch_id)?;
-        Ok(())
-    }
-}
-
-/// JSON lines to a writer: the console sink of `weir run` without `[sink]`, and the capture of
-/// `weir test`, which runs once and so needs no dedupe.
-pub struct LineSink<W: Write>(pub W);
-
-impl<W: Write> RowSink for LineSink<W> {
-    fn deliver(&mut self, _batch_id: u64, rows: &Rows) -> Result<(), SinkError> {
-        for row in rows.iter_rows() {
-            self.0.write_all(row)?;
-            self.0.write_all(b"\n")?;
-        }
-        self.0.flush()?;
         Ok(())
     }
 }

@@ -12,15 +12,14 @@
 //! prefetch is capped too (`queued.max.messages.kbytes`). Pausing is not done at every batch
 //! end: librdkafka takes about a second to fetch again from a resumed partition.
 //!
-//! A broker that cannot be reached is retried with backoff and a log line per attempt, as long
-//! as it takes; a stop request (SIGTERM) ends the wait.
+//! Broker calls are retried as `crate::kafka` says: with backoff, as long as it takes, until a
+//! stop request.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
 use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::{Headers, Message};
@@ -29,92 +28,17 @@ use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::{Limit, Position, SourceBatch};
+use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, with_retry};
 use crate::pipeline::{KafkaSourceConfig, StartingOffsets};
-
-#[derive(Debug, thiserror::Error)]
-pub enum KafkaError {
-    #[error("kafka client configuration: {0}")]
-    Config(#[source] RdError),
-    #[error("topic `{topic}`: {message}")]
-    Topic { topic: String, message: String },
-    #[error(
-        "an offset to read is no longer on the broker (deleted by retention?), reading {at}: records were lost \
-         between the checkpoint and now; start a new checkpoint to skip them"
-    )]
-    DataLoss { at: String },
-    #[error("kafka: {what}: {source}")]
-    Call { what: String, source: RdError },
-    #[error("stopped while waiting for the broker")]
-    Stopped,
-}
 
 /// A partition and the next offset to read in it: what the offsets log records.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TopicOffset {
+pub(crate) struct TopicOffset {
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
 }
 
-/// A client configuration from the pipeline's `kafka.*` options over Weir's defaults.
-pub(crate) fn client_config(defaults: &[(&str, &str)], options: &[(String, String)]) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    for (k, v) in defaults {
-        c.set(*k, *v);
-    }
-    for (k, v) in options {
-        c.set(k, v);
-    }
-    c
-}
-
-/// Retries a broker call with exponential backoff (100 ms to 10 s) until it succeeds, the error
-/// is one retrying cannot fix, or `stop` is raised.
-pub(crate) fn with_retry<T>(
-    stop: &AtomicBool,
-    what: &str,
-    mut call: impl FnMut() -> Result<T, RdError>,
-) -> Result<T, KafkaError> {
-    let mut backoff = Duration::from_millis(100);
-    loop {
-        match call() {
-            Ok(v) => return Ok(v),
-            Err(e) if !retriable(&e) => return Err(KafkaError::Call { what: what.to_string(), source: e }),
-            Err(e) => {
-                tracing::warn!("kafka: {what} failed ({e}); broker unavailable? retrying in {backoff:?}");
-                sleep_unless_stopped(stop, backoff)?;
-                backoff = (backoff * 2).min(Duration::from_secs(10));
-            }
-        }
-    }
-}
-
-fn retriable(e: &RdError) -> bool {
-    !matches!(
-        e.rdkafka_error_code(),
-        Some(
-            RDKafkaErrorCode::UnknownTopicOrPartition
-                | RDKafkaErrorCode::UnknownTopic
-                | RDKafkaErrorCode::TopicAuthorizationFailed
-                | RDKafkaErrorCode::GroupAuthorizationFailed
-                | RDKafkaErrorCode::InvalidConfig
-        )
-    )
-}
-
-fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> Result<(), KafkaError> {
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        if stop.load(Ordering::Relaxed) {
-            return Err(KafkaError::Stopped);
-        }
-        std::thread::sleep(Duration::from_millis(20).min(until - Instant::now()));
-    }
-    Ok(())
-}
-
-/// How long a broker call waits before it counts as failed (and is retried).
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one poll waits for records; also how often a stop request is noticed.
 const POLL: Duration = Duration::from_millis(100);
 /// Records of one partition that may wait past its planned end before it is paused.
@@ -137,7 +61,7 @@ struct Part {
     paused: bool,
 }
 
-pub struct KafkaSource {
+pub(crate) struct KafkaSource {
     consumer: BaseConsumer,
     topics: Vec<String>,
     /// Sorted by (stream, partition).
@@ -152,7 +76,7 @@ pub struct KafkaSource {
 impl KafkaSource {
     /// Assigns every partition of the configured topics (or the listed partitions), at the
     /// checkpoint's offsets where it has them and at the configured start elsewhere.
-    pub fn open(cfg: &KafkaSourceConfig, at: &[TopicOffset], stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
+    pub(crate) fn open(cfg: &KafkaSourceConfig, at: &[TopicOffset], stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
         let consumer: BaseConsumer = client_config(
             &[
                 ("group.id", &cfg.group_id),
@@ -221,11 +145,11 @@ impl KafkaSource {
         Ok(Self { consumer, topics: cfg.topics.clone(), parts, index, bound: None, stop, last_error_log: None })
     }
 
-    pub fn topics(&self) -> &[String] {
+    pub(crate) fn topics(&self) -> &[String] {
         &self.topics
     }
 
-    pub fn offsets(&self) -> Vec<TopicOffset> {
+    pub(crate) fn offsets(&self) -> Vec<TopicOffset> {
         self.parts
             .iter()
             .map(|p| TopicOffset {
@@ -237,7 +161,7 @@ impl KafkaSource {
     }
 
     /// Plans a batch (an end offset per partition) and reads it.
-    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, KafkaError> {
+    pub(crate) fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, KafkaError> {
         let highs = self.high_watermarks()?;
         let caps = match (limit.bounded, &self.bound) {
             (false, _) => highs,
@@ -262,7 +186,7 @@ impl KafkaSource {
     }
 
     /// Reads exactly up to a recorded batch end.
-    pub fn read_until(&mut self, end: &[TopicOffset]) -> Result<SourceBatch, KafkaError> {
+    pub(crate) fn read_until(&mut self, end: &[TopicOffset]) -> Result<SourceBatch, KafkaError> {
         let ends: Vec<i64> = self
             .parts
             .iter()
@@ -274,7 +198,7 @@ impl KafkaSource {
         self.read_to(&ends)
     }
 
-    pub fn commit_group_offsets(&mut self, at: &[TopicOffset]) {
+    pub(crate) fn commit_group_offsets(&mut self, at: &[TopicOffset]) {
         let mut tpl = TopicPartitionList::new();
         for o in at {
             if tpl.add_partition_offset(&o.topic, o.partition, Offset::Offset(o.offset)).is_err() {
@@ -288,7 +212,7 @@ impl KafkaSource {
 
     /// Reads what has arrived, up to `max` records, waiting at most `wait` for the first one:
     /// continuous mode, which has no planned ends.
-    pub fn poll_available(&mut self, max: usize, wait: Duration) -> Result<SourceBatch, KafkaError> {
+    pub(crate) fn poll_available(&mut self, max: usize, wait: Duration) -> Result<SourceBatch, KafkaError> {
         let mut batch = SourceBatch::default();
         for i in 0..self.parts.len() {
             while batch.len() < max {

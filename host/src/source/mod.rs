@@ -6,8 +6,8 @@
 //! ([`Source::read_until`]) yields exactly the records the batch had the first time: that is how a
 //! planned batch without a commit is re-run after a crash.
 
-pub mod kafka;
-pub mod replay;
+pub(crate) mod kafka;
+pub(crate) mod replay;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -17,24 +17,24 @@ use serde::{Deserialize, Serialize};
 use crate::pipeline::{SourceConfig, SourceKind};
 use crate::plugin::RawBatch;
 
-pub use kafka::{KafkaError, TopicOffset};
-pub use replay::ReplayPosition;
+pub(crate) use kafka::TopicOffset;
+pub(crate) use replay::ReplayPosition;
+
+use crate::kafka::KafkaError;
 
 #[derive(Debug, thiserror::Error)]
-pub enum SourceError {
+pub(crate) enum SourceError {
     #[error(transparent)]
     Replay(#[from] replay::ReplayError),
     #[error(transparent)]
     Kafka(#[from] KafkaError),
     #[error("the checkpoint's offsets are for a {found} source, this pipeline reads {expected}")]
     WrongOffsets { expected: &'static str, found: &'static str },
-    #[error("stopped")]
-    Stopped,
 }
 
 /// Where one record came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
+pub(crate) struct Position {
     /// The source's stream: the index of the record's topic in the source's topic list (0 for
     /// a file).
     pub stream: u16,
@@ -46,7 +46,7 @@ pub struct Position {
 
 /// A record the source itself could not decode (a broken envelope line).
 #[derive(Debug, Clone)]
-pub struct BadRecord {
+pub(crate) struct BadRecord {
     pub position: Position,
     pub error: String,
     pub raw: Vec<u8>,
@@ -54,7 +54,7 @@ pub struct BadRecord {
 
 /// One batch of raw records with their positions.
 #[derive(Debug, Default)]
-pub struct SourceBatch {
+pub(crate) struct SourceBatch {
     pub records: RawBatch,
     pub positions: Vec<Position>,
     pub bad: Vec<BadRecord>,
@@ -62,12 +62,12 @@ pub struct SourceBatch {
 
 impl SourceBatch {
     /// Records in the batch (not counting ones the source could not decode).
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.positions.len()
     }
 
     /// No records and no undecodable lines.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.positions.is_empty() && self.bad.is_empty()
     }
 
@@ -87,10 +87,8 @@ impl SourceBatch {
 
     fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
         let r = &mut self.records;
-        r.values.extend_from_slice(value);
-        r.value_ends.push(r.values.len() as u32);
-        r.keys.extend_from_slice(key);
-        r.key_ends.push(r.keys.len() as u32);
+        crate::columns::push(&mut r.values, &mut r.value_ends, value);
+        crate::columns::push(&mut r.keys, &mut r.key_ends, key);
         r.timestamps.push(timestamp);
         r.partitions.push(position.partition);
         r.offsets.push(position.offset);
@@ -101,7 +99,7 @@ impl SourceBatch {
 /// Where a source stands: the start and the end of every batch in the offsets log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
-pub enum Offsets {
+pub(crate) enum Offsets {
     /// The next unread byte and the lines read so far.
     Replay(ReplayPosition),
     /// The next offset to read in each partition.
@@ -119,7 +117,7 @@ impl Offsets {
 
 /// What a batch may read.
 #[derive(Debug, Clone, Copy)]
-pub struct Limit {
+pub(crate) struct Limit {
     /// At most this many records.
     pub records: usize,
     /// Stop at the end of what was available when the run started (triggers `once` and
@@ -127,14 +125,14 @@ pub struct Limit {
     pub bounded: bool,
 }
 
-pub enum Source {
+pub(crate) enum Source {
     Replay(replay::ReplaySource),
     Kafka(Box<kafka::KafkaSource>),
 }
 
 impl Source {
     /// Opens the source at `at` (a checkpoint's offsets) or at its configured start.
-    pub fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Self, SourceError> {
+    pub(crate) fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Self, SourceError> {
         match (&cfg.kind, at) {
             (SourceKind::Replay { path, format }, None) => {
                 Ok(Source::Replay(replay::ReplaySource::open(path, *format, ReplayPosition::default())?))
@@ -151,7 +149,7 @@ impl Source {
     }
 
     /// Where the source stands: the end of what it has read.
-    pub fn offsets(&self) -> Offsets {
+    pub(crate) fn offsets(&self) -> Offsets {
         match self {
             Source::Replay(s) => Offsets::Replay(s.position()),
             Source::Kafka(s) => Offsets::Kafka { partitions: s.offsets() },
@@ -160,10 +158,10 @@ impl Source {
 
     /// The next batch; `None` at the end of a bounded input. An unbounded source that has
     /// nothing new returns an empty batch after a short wait.
-    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
+    pub(crate) fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
         match self {
             Source::Replay(s) => {
-                let b = s.next_batch(limit.records)?;
+                let b = s.next_batch(limit.records, limit.bounded)?;
                 Ok((!b.is_empty()).then_some(b))
             }
             Source::Kafka(s) => Ok(s.next_batch(limit)?),
@@ -171,7 +169,7 @@ impl Source {
     }
 
     /// Reads exactly up to `end`, a batch's recorded end: the re-run of a planned batch.
-    pub fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
+    pub(crate) fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
         match (self, end) {
             (Source::Replay(s), Offsets::Replay(p)) => Ok(s.read_until(*p)?),
             (Source::Kafka(s), Offsets::Kafka { partitions }) => Ok(s.read_until(partitions)?),
@@ -184,7 +182,7 @@ impl Source {
 
     /// Tells the outside world how far the pipeline has committed (Kafka: the consumer group's
     /// offsets, for lag monitoring). Never read back: the checkpoint is the source of truth.
-    pub fn committed(&mut self, at: &Offsets) {
+    pub(crate) fn committed(&mut self, at: &Offsets) {
         if let (Source::Kafka(s), Offsets::Kafka { partitions }) = (self, at) {
             s.commit_group_offsets(partitions);
         }
@@ -192,7 +190,7 @@ impl Source {
 
     /// Human names of the streams (`Position::stream` indexes them), for dead letters and
     /// late output.
-    pub fn stream_names(&self) -> Vec<String> {
+    pub(crate) fn stream_names(&self) -> Vec<String> {
         match self {
             Source::Replay(s) => vec![s.path().display().to_string()],
             Source::Kafka(s) => s.topics().to_vec(),

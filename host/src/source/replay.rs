@@ -13,12 +13,12 @@ use crate::pipeline::ReplayFormat;
 use crate::plugin::Header;
 
 #[derive(Debug, thiserror::Error)]
-pub enum ReplayError {
+pub(crate) enum ReplayError {
     #[error("cannot read {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
 }
 
-pub struct ReplaySource {
+pub(crate) struct ReplaySource {
     path: PathBuf,
     reader: BufReader<File>,
     format: ReplayFormat,
@@ -31,7 +31,7 @@ pub struct ReplaySource {
 
 /// Where a replay stands: saved in every checkpoint.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, Deserialize)]
-pub struct ReplayPosition {
+pub(crate) struct ReplayPosition {
     pub byte: u64,
     pub line: u64,
 }
@@ -57,7 +57,7 @@ struct Envelope {
 const ENVELOPE_KEYS: [&str; 7] = ["value", "value_base64", "key", "partition", "offset", "timestamp", "headers"];
 
 impl ReplaySource {
-    pub fn open(path: &Path, format: ReplayFormat, at: ReplayPosition) -> Result<Self, ReplayError> {
+    pub(crate) fn open(path: &Path, format: ReplayFormat, at: ReplayPosition) -> Result<Self, ReplayError> {
         let io = |e| ReplayError::Io { path: path.to_path_buf(), source: e };
         let mut file = File::open(path).map_err(io)?;
         let format = match format {
@@ -75,25 +75,27 @@ impl ReplaySource {
         })
     }
 
-    pub fn position(&self) -> ReplayPosition {
+    pub(crate) fn position(&self) -> ReplayPosition {
         ReplayPosition { byte: self.pos, line: self.line }
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Reads up to `max` records; an empty batch means the end of the file.
-    pub fn next_batch(&mut self, max: usize) -> Result<SourceBatch, ReplayError> {
-        self.read(max, u64::MAX)
+    /// Reads up to `max` records; an empty batch means the end of the file. A last line without
+    /// its newline is read only when `to_the_end` (a bounded run, which must not lose it);
+    /// otherwise it may still be being written, and waits for its newline.
+    pub(crate) fn next_batch(&mut self, max: usize, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
+        self.read(max, u64::MAX, to_the_end)
     }
 
     /// Reads every line before byte `end.byte`: a recorded batch, again.
-    pub fn read_until(&mut self, end: ReplayPosition) -> Result<SourceBatch, ReplayError> {
-        self.read(usize::MAX, end.byte)
+    pub(crate) fn read_until(&mut self, end: ReplayPosition) -> Result<SourceBatch, ReplayError> {
+        self.read(usize::MAX, end.byte, true)
     }
 
-    fn read(&mut self, max: usize, end: u64) -> Result<SourceBatch, ReplayError> {
+    fn read(&mut self, max: usize, end: u64, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
         let io = |path: &Path, e| ReplayError::Io { path: path.to_path_buf(), source: e };
         let mut batch = SourceBatch::with_capacity(max.min(1 << 16));
         while batch.len() + batch.bad.len() < max && self.pos < end {
@@ -109,12 +111,22 @@ impl ReplaySource {
                     if n == 0 {
                         break;
                     }
-                    // A last line without its newline may still be being written: leave it.
-                    if self.buf.last() != Some(&b'\n') {
+                    if self.buf.last() == Some(&b'\n') {
+                        (&self.buf[..n - 1], n, false)
+                    } else if to_the_end {
+                        // The file's last line, without its newline: the end of bounded input.
+                        let upto = n.min(usize::try_from(end - self.pos).unwrap_or(usize::MAX));
+                        if upto < n {
+                            // A batch's recorded end inside the line (the file changed since).
+                            let at = self.pos + upto as u64;
+                            self.reader.seek(SeekFrom::Start(at)).map_err(|e| io(&self.path, e))?;
+                        }
+                        (&self.buf[..upto], upto, false)
+                    } else {
+                        // It may still be being written: leave it for its newline.
                         self.reader.seek(SeekFrom::Start(self.pos)).map_err(|e| io(&self.path, e))?;
                         break;
                     }
-                    (&self.buf[..n - 1], n, false)
                 }
             };
             self.pos += n as u64;
@@ -213,16 +225,16 @@ mod tests {
     fn lines_are_cut_into_batches_and_resume_where_they_stopped() {
         let f = file("{\"a\":1}\n\n{\"a\":2}\r\n{\"a\":3}\n{\"a\":4");
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(2).unwrap();
+        let b = s.next_batch(2, false).unwrap();
         assert_eq!(b.records.values, b"{\"a\":1}{\"a\":2}");
         assert_eq!(b.positions.iter().map(|p| p.line).collect::<Vec<_>>(), vec![1, 3]);
         let at = s.position();
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, at).unwrap();
-        let b = s.next_batch(10).unwrap();
+        let b = s.next_batch(10, false).unwrap();
         assert_eq!(b.records.values, b"{\"a\":3}");
         assert_eq!(b.positions[0], Position { stream: 0, partition: 0, offset: 3, line: 4 });
         // The unterminated last line is not read until it is complete.
-        assert_eq!(s.next_batch(10).unwrap().len(), 0);
+        assert_eq!(s.next_batch(10, false).unwrap().len(), 0);
     }
 
     /// Lines are taken from the reader's 1 MiB buffer; the ones that straddle its end, and a last
@@ -235,18 +247,18 @@ mod tests {
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
         let mut got = Vec::new();
         loop {
-            let b = s.next_batch(7_000).unwrap();
+            let b = s.next_batch(7_000, false).unwrap();
             if b.is_empty() {
                 break;
             }
-            got.extend((0..b.len()).map(|i| {
-                let start = if i == 0 { 0 } else { b.records.value_ends[i - 1] as usize };
-                String::from_utf8(b.records.values[start..b.records.value_ends[i] as usize].to_vec()).unwrap()
-            }));
+            got.extend(
+                crate::columns::items(&b.records.values, &b.records.value_ends)
+                    .map(|v| String::from_utf8(v.to_vec()).unwrap()),
+            );
         }
         assert_eq!(got, lines);
         f.write_all(b"st\"}\n").unwrap();
-        let b = s.next_batch(10).unwrap();
+        let b = s.next_batch(10, false).unwrap();
         assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"n\":\"last\"}"[..], 40_001));
         let size = std::fs::metadata(f.path()).unwrap().len();
         assert_eq!(s.position(), ReplayPosition { byte: size, line: 40_001 });
@@ -260,7 +272,7 @@ mod tests {
             "{\"valu\":1}\n",
         ));
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(10).unwrap();
+        let b = s.next_batch(10, false).unwrap();
         assert_eq!(b.records.values, b"v1{\"a\":1}");
         assert_eq!(b.records.keys, b"k");
         assert_eq!(b.records.timestamps, vec![7, -1]);
@@ -269,5 +281,20 @@ mod tests {
         assert_eq!(b.bad.len(), 1);
         assert_eq!(b.bad[0].position.line, 3);
         assert!(b.bad[0].error.contains("envelope"), "{}", b.bad[0].error);
+    }
+
+    /// At the end of bounded input the last line is read even without its newline: a recorded
+    /// file written without a final newline loses nothing. A re-run reads it again the same way.
+    #[test]
+    fn a_bounded_read_takes_the_last_line_without_its_newline() {
+        let f = file("{\"a\":1}\n{\"a\":2}");
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        let b = s.next_batch(10, true).unwrap();
+        assert_eq!((b.records.values.as_slice(), b.len()), (&b"{\"a\":1}{\"a\":2}"[..], 2));
+        assert_eq!(s.position(), ReplayPosition { byte: 15, line: 2 });
+        assert_eq!(s.next_batch(10, true).unwrap().len(), 0);
+        let mut again = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition { byte: 8, line: 1 }).unwrap();
+        let b = again.read_until(ReplayPosition { byte: 15, line: 2 }).unwrap();
+        assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"a\":2}"[..], 2));
     }
 }

@@ -4,7 +4,7 @@
 
 use wasi::http::outgoing_handler;
 use wasi::http::types::{Fields, Method, OutgoingBody, OutgoingRequest, Scheme};
-use weir_guest::{Config, PluginError, Rows, Sink, export_plugin};
+use weir_guest::{Config, Delivery, PluginError, Rows, Sink, export_plugin};
 
 struct HttpSink {
     authority: String,
@@ -58,13 +58,13 @@ impl Sink for HttpSink {
         })
     }
 
-    fn write_batch(&self, batch_id: u64, rows: Rows<'_>) -> Result<(), PluginError> {
+    fn write_batch(&self, d: &Delivery<'_>, rows: Rows<'_>) -> Result<(), PluginError> {
         let mut body = Vec::new();
         for row in rows.iter() {
             body.extend_from_slice(row);
             body.push(b'\n');
         }
-        match self.post(&format!("{}/{batch_id}", self.path), &body)? {
+        match self.post(&format!("{}/{}", self.path, d.batch_id), &body)? {
             200..=299 => Ok(()),
             status => Err(PluginError::Io(format!("POST answered {status}"))),
         }

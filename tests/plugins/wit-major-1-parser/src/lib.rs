@@ -1,5 +1,5 @@
 //! A parser component built against `weir:plugin@1.0.0`. It exists to be refused: the host loads
-//! 0.3.x and must say so, naming both versions, before running anything.
+//! another major version and must say so, naming both versions, before running anything.
 
 wit_bindgen::generate!({ path: "wit", world: "parse-plugin" });
 

@@ -1,5 +1,5 @@
-//! Reading and parsing a batch: the steps that need no state. They run ahead, on a thread of
-//! their own, while the batch before is aggregated, delivered and committed, and a batch's
+//! Ingest: reading a batch from the source and parsing it, the steps that need no state. They
+//! run ahead, on a thread of their own, while the batch before is aggregated, delivered and committed, and a batch's
 //! records are parsed in chunks side by side (`parse.parallelism`). Neither changes a result: a
 //! batch's range is fixed by the plan the driver writes when it takes the batch (before any of
 //! its rows can reach the sink), and parsed chunks are joined back in record order.
@@ -15,7 +15,7 @@ use crate::plugin::{BatchOutput, ParseFns, PluginError, RawBatch};
 use crate::source::{Limit, Offsets, Source, SourceBatch, SourceError};
 
 #[derive(Debug, thiserror::Error)]
-pub enum IngestError {
+pub(crate) enum IngestError {
     #[error(transparent)]
     Source(#[from] SourceError),
     #[error(transparent)]
@@ -23,7 +23,7 @@ pub enum IngestError {
 }
 
 /// The source and the parser instances.
-pub struct Ingest {
+pub(crate) struct Ingest {
     pub source: Source,
     /// One per `parse.parallelism`.
     pub parsers: Vec<Box<dyn ParseFns>>,
@@ -32,7 +32,7 @@ pub struct Ingest {
 }
 
 /// A batch read and parsed, not yet planned.
-pub struct Ingested {
+pub(crate) struct Ingested {
     /// Where the source stood before and after reading it.
     pub start: Offsets,
     pub end: Offsets,
@@ -45,14 +45,14 @@ pub struct Ingested {
 
 /// A parser stage's result over a batch: events and record errors, and the records the
 /// failure policy isolated.
-pub struct Parsed {
+pub(crate) struct Parsed {
     pub out: BatchOutput,
     pub failed: Isolated<PluginError>,
 }
 
 impl Ingest {
     /// Reads the next batch (at most `limit`) and parses it.
-    pub fn next(&mut self, limit: Limit) -> Result<Ingested, IngestError> {
+    pub(crate) fn next(&mut self, limit: Limit) -> Result<Ingested, IngestError> {
         let t = Instant::now();
         let start = self.source.offsets();
         let batch = self.source.next_batch(limit)?;
@@ -60,7 +60,7 @@ impl Ingest {
     }
 
     /// Reads exactly a planned batch's range again (its re-run after a crash) and parses it.
-    pub fn again(&mut self, plan: &Planned) -> Result<Ingested, IngestError> {
+    pub(crate) fn again(&mut self, plan: &Planned) -> Result<Ingested, IngestError> {
         let t = Instant::now();
         let batch = self.source.read_until(&plan.end)?;
         self.finish(plan.start.clone(), Some(batch), t)
@@ -78,7 +78,7 @@ impl Ingest {
     }
 
     /// Parses a batch under the failure policy.
-    pub fn parse(&mut self, batch: &SourceBatch) -> Result<Parsed, PluginError> {
+    pub(crate) fn parse(&mut self, batch: &SourceBatch) -> Result<Parsed, PluginError> {
         if batch.positions.is_empty() {
             return Ok(Parsed { out: BatchOutput::empty(), failed: Vec::new() });
         }

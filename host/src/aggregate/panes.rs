@@ -1,0 +1,210 @@
+//! Tumbling and sliding windows as panes (`window.rs`): each event is accumulated once, into its
+//! slide-long pane per key; a window's result is the merge of the panes it covers, made when the
+//! window is emitted. Tumbling is one pane per window, with no merge.
+//!
+//! State: `p` + pane start + key → accumulator. A pane is deleted once the last window covering
+//! it is final.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use rustc_hash::FxHashMap;
+
+use super::{WindowAcc, bound, final_at, finish, group_members, open_accumulators, same};
+use crate::columns;
+use crate::operator::{Opened, Operator, OperatorError};
+use crate::pipeline::OutputMode;
+use crate::plugin::{AggregateFns, EventBatch};
+use crate::sink::Rows;
+use crate::state::{StateError, StateStore, time_from_key, time_key};
+use crate::window::Panes;
+
+const PREFIX: u8 = b'p';
+
+pub(super) struct PaneOperator {
+    panes: Panes,
+    lateness: i64,
+    mode: OutputMode,
+    agg: Box<dyn AggregateFns>,
+    /// (pane, key) changed in the current batch, for update mode.
+    changed: Vec<(i64, Vec<u8>)>,
+}
+
+impl PaneOperator {
+    pub(super) fn new(panes: Panes, lateness: i64, mode: OutputMode, agg: Box<dyn AggregateFns>) -> Self {
+        Self { panes, lateness, mode, agg, changed: Vec::new() }
+    }
+}
+
+fn pane_key(pane: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(9 + key.len());
+    k.push(PREFIX);
+    k.extend_from_slice(&time_key(pane));
+    k.extend_from_slice(key);
+    k
+}
+
+fn split_pane_key(k: &[u8]) -> (i64, &[u8]) {
+    (time_from_key(&k[1..9]), &k[9..])
+}
+
+/// The first key past every pane starting before `pane`.
+fn panes_before(pane: i64) -> Vec<u8> {
+    let mut k = vec![PREFIX];
+    k.extend_from_slice(&time_key(pane));
+    k
+}
+
+impl Operator for PaneOperator {
+    fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
+        open_accumulators(self.agg.as_mut(), state, restored_version, PREFIX, 0)
+    }
+
+    fn stage(&self) -> &str {
+        "aggregate"
+    }
+
+    fn mark(&self) -> usize {
+        self.changed.len()
+    }
+
+    fn rollback(&mut self, mark: usize) {
+        self.changed.truncate(mark);
+    }
+
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        state: &mut StateStore,
+        _out: &mut Rows,
+    ) -> Result<Vec<u32>, OperatorError> {
+        let closed_before = bound(watermark, self.lateness);
+        let mut late = Vec::new();
+        let mut index: FxHashMap<(i64, &[u8]), u32> = FxHashMap::default();
+        let mut groups: Vec<(i64, &[u8])> = Vec::new();
+        let mut event_group = Vec::with_capacity(events.times.len());
+        // Events arrive nearly in time order, so most belong to one of the last two groups
+        // (two around a window boundary): check those before hashing.
+        let mut recent: [Option<(i64, &[u8], u32)>; 2] = [None, None];
+        for (i, &t) in events.times.iter().enumerate() {
+            let pane = self.panes.pane_of(t);
+            if self.panes.last_window_end(pane) <= closed_before {
+                late.push(i as u32);
+                event_group.push(u32::MAX);
+                continue;
+            }
+            let key = columns::item(&events.keys, &events.key_ends, i);
+            let g = match recent {
+                [Some((p, k, g)), _] if p == pane && same(k, key) => g,
+                [first, Some((p, k, g))] if p == pane && same(k, key) => {
+                    recent = [Some((p, k, g)), first];
+                    g
+                }
+                [first, _] => {
+                    let g = *index.entry((pane, key)).or_insert_with(|| {
+                        groups.push((pane, key));
+                        groups.len() as u32 - 1
+                    });
+                    recent = [Some((pane, key, g)), first];
+                    g
+                }
+            };
+            event_group.push(g);
+        }
+        if groups.is_empty() {
+            return Ok(late);
+        }
+        let (members, ends) = group_members(&event_group, groups.len());
+        let keys: Vec<Vec<u8>> = groups.iter().map(|&(p, k)| pane_key(p, k)).collect();
+        let accs =
+            keys.iter().map(|k| Ok(state.get(k)?.unwrap_or_default())).collect::<Result<Vec<_>, StateError>>()?;
+        let updated = self.agg.accumulate(&accs, events, &members, &ends)?;
+        for ((k, acc), &(pane, key)) in keys.into_iter().zip(updated).zip(&groups) {
+            state.put(k, acc);
+            self.changed.push((pane, key.to_vec()));
+        }
+        Ok(late)
+    }
+
+    fn advance(&mut self, from: i64, to: i64, state: &mut StateStore, out: &mut Rows) -> Result<usize, OperatorError> {
+        let windows = self.windows_leaving(from, to, state)?;
+        finish(&windows, self.agg.as_mut(), out)
+    }
+
+    fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
+        let last = state.range(&[PREFIX], &[PREFIX + 1])?.last().map(|(k, _)| split_pane_key(k).0);
+        Ok(last.map(|pane| final_at(self.panes.last_window_end(pane), self.lateness)))
+    }
+}
+
+impl PaneOperator {
+    /// The windows that leave as the watermark moves from `previous` to `watermark` (sorted by
+    /// start, then key), their panes merged; drops the panes no window needs any more.
+    fn windows_leaving(
+        &mut self,
+        previous: i64,
+        watermark: i64,
+        state: &mut StateStore,
+    ) -> Result<Vec<WindowAcc>, OperatorError> {
+        let (was, now) = (bound(previous, self.lateness), bound(watermark, self.lateness));
+        let size = self.panes.size;
+        let mode = self.mode;
+        // Windows to emit, each with the panes it covers that hold state.
+        let mut windows: BTreeMap<(i64, Vec<u8>), Vec<Vec<u8>>> = BTreeMap::new();
+        // Update mode: the still-open windows over the panes this batch changed.
+        let mut wanted: BTreeSet<(i64, Vec<u8>)> = BTreeSet::new();
+        if mode == OutputMode::Update {
+            for (pane, key) in std::mem::take(&mut self.changed) {
+                for s in self.panes.windows_of(pane) {
+                    if s.saturating_add(size) > was {
+                        wanted.insert((s, key.clone()));
+                    }
+                }
+            }
+        }
+        self.changed.clear();
+        // Panes that may matter: append needs panes of windows ending by `now`; the others need
+        // every pane in state.
+        let upper = match mode {
+            OutputMode::Append => panes_before(now),
+            _ => vec![PREFIX + 1],
+        };
+        let entries = state.range(&panes_before(i64::MIN), &upper)?;
+        for (k, acc) in &entries {
+            let (pane, key) = split_pane_key(k);
+            for s in self.panes.windows_of(pane) {
+                let end = s.saturating_add(size);
+                let take = match mode {
+                    OutputMode::Append => end > was && end <= now,
+                    OutputMode::Update => wanted.contains(&(s, key.to_vec())),
+                    OutputMode::Complete => end > was,
+                };
+                if take {
+                    windows.entry((s, key.to_vec())).or_default().push(acc.clone());
+                }
+            }
+            if self.panes.last_window_end(pane) <= now {
+                state.delete(k.clone());
+            }
+        }
+        let mut out: Vec<WindowAcc> = Vec::with_capacity(windows.len());
+        if self.panes.one_pane_per_window() {
+            for ((start, key), mut accs) in windows {
+                let acc = accs.pop().unwrap_or_default();
+                out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
+            }
+        } else {
+            let mut flat = Vec::new();
+            let mut ends = Vec::with_capacity(windows.len());
+            for accs in windows.values() {
+                flat.extend(accs.iter().cloned());
+                ends.push(flat.len() as u32);
+            }
+            let merged = if flat.is_empty() { Vec::new() } else { self.agg.merge(&flat, &ends)? };
+            for (((start, key), _), acc) in windows.into_iter().zip(merged) {
+                out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,251 @@
+//! The window operators against a native counting aggregator, batch by batch: lateness at the
+//! exact boundary, allowed lateness, each output mode, pane merging, session merging, the flush
+//! horizon.
+
+use super::*;
+use crate::pipeline::OutputMode;
+use crate::plugin::{EventBatch, PluginError};
+use crate::watermark::NONE;
+use crate::window::Panes;
+
+/// Counts events; the accumulator is the count in decimal.
+struct Count;
+
+fn n(acc: &[u8]) -> u64 {
+    std::str::from_utf8(acc).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
+}
+
+impl AggregateFns for Count {
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        _: &EventBatch,
+        _: &[u32],
+        ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut start = 0;
+        Ok(accs
+            .iter()
+            .zip(ends)
+            .map(|(a, &e)| {
+                let c = n(a) + u64::from(e - start);
+                start = e;
+                c.to_string().into_bytes()
+            })
+            .collect())
+    }
+    fn merge(&mut self, accs: &[Vec<u8>], ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut start = 0;
+        Ok(ends
+            .iter()
+            .map(|&e| {
+                let c: u64 = accs[start..e as usize].iter().map(|a| n(a)).sum();
+                start = e as usize;
+                c.to_string().into_bytes()
+            })
+            .collect())
+    }
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Ok(accs.iter().map(|a| format!("{{\"count\":{}}}", n(a)).into_bytes()).collect())
+    }
+    fn stage(&self) -> &str {
+        "test/aggregate"
+    }
+}
+
+fn events(items: &[(i64, &str)]) -> EventBatch {
+    let mut b = EventBatch::default();
+    for (i, (t, key)) in items.iter().enumerate() {
+        b.times.push(*t);
+        columns::push(&mut b.keys, &mut b.key_ends, key.as_bytes());
+        columns::push(&mut b.rows, &mut b.row_ends, b"{}");
+        b.origins.push(i as u32);
+    }
+    b
+}
+
+/// (start, end, key, count) of an emitted window.
+type Emitted = (i64, i64, String, u64);
+
+struct Harness {
+    op: Box<dyn Operator>,
+    state: StateStore,
+    wm: i64,
+    _dir: tempfile::TempDir,
+}
+
+/// Makes an operator with the given allowed lateness and output mode.
+type Make = Box<dyn Fn(i64, OutputMode) -> Box<dyn Operator>>;
+
+fn panes(size: i64, slide: i64) -> Make {
+    Box::new(move |lateness, mode| {
+        Box::new(panes::PaneOperator::new(Panes { size, slide, offset: 0 }, lateness, mode, Box::new(Count)))
+    })
+}
+
+fn sessions(gap: i64) -> Make {
+    Box::new(move |lateness, mode| Box::new(sessions::SessionOperator::new(gap, lateness, mode, Box::new(Count))))
+}
+
+impl Harness {
+    fn new(op: Box<dyn Operator>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = StateStore::open(dir.path()).unwrap();
+        let mut op = op;
+        assert_eq!(op.open(&mut state, None).unwrap(), Opened { state_version: Some(1), migrated: None });
+        Self { op, state, wm: NONE, _dir: dir }
+    }
+
+    /// One batch: returns (late event indices, emitted windows).
+    fn batch(&mut self, evs: &[(i64, &str)], new_wm: i64) -> (Vec<u32>, Vec<Emitted>) {
+        let mut out = Rows::default();
+        let late = self.op.process(&events(evs), self.wm, &mut self.state, &mut out).unwrap();
+        let emitted = self.op.advance(self.wm, new_wm, &mut self.state, &mut out).unwrap();
+        self.state.commit(b"m", &mut crate::checkpoint::Syncs::default()).unwrap();
+        self.wm = new_wm;
+        let rows: Vec<Emitted> = columns::items(&out.rows, &out.row_ends)
+            .map(|r| {
+                let v: serde_json::Value = serde_json::from_slice(r).unwrap();
+                let key = v.get("key").and_then(|k| k.as_str()).unwrap_or("").to_string();
+                (
+                    v["window_start"].as_i64().unwrap(),
+                    v["window_end"].as_i64().unwrap(),
+                    key,
+                    v["count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(rows.len(), emitted);
+        (late, rows)
+    }
+}
+
+const MIN: i64 = 60_000;
+
+#[test]
+fn append_emits_a_window_once_when_the_watermark_reaches_its_end() {
+    let mut h = Harness::new(panes(MIN, MIN)(0, OutputMode::Append));
+    let (late, out) = h.batch(&[(0, ""), (59_999, ""), (60_000, "")], 59_999);
+    assert!(late.is_empty());
+    assert!(out.is_empty(), "[0, 60000) is not final at watermark 59999");
+    let (_, out) = h.batch(&[], 60_000);
+    assert_eq!(out, vec![(0, MIN, String::new(), 2)]);
+    let (_, out) = h.batch(&[], 60_001);
+    assert!(out.is_empty(), "emitted once");
+}
+
+#[test]
+fn an_event_is_late_when_its_window_ended_at_or_before_the_watermark_in_force() {
+    let mut h = Harness::new(panes(MIN, MIN)(0, OutputMode::Append));
+    h.batch(&[(1, "")], 60_000);
+    let (late, out) = h.batch(&[(59_999, ""), (60_000, "")], 60_000);
+    assert_eq!(late, vec![0], "window [0, 60000) ended at the watermark: late; [60000, ...) is open");
+    assert!(out.is_empty());
+    let (_, out) = h.batch(&[], i64::MAX);
+    assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 1)]);
+}
+
+#[test]
+fn allowed_lateness_keeps_windows_open_and_counting() {
+    let mut h = Harness::new(panes(MIN, MIN)(1_000, OutputMode::Append));
+    let (_, out) = h.batch(&[(10, "")], 60_500);
+    assert!(out.is_empty());
+    let (late, out) = h.batch(&[(20, "")], 61_000);
+    assert!(late.is_empty(), "60000 + 1000 > 60500: still open");
+    assert_eq!(out, vec![(0, MIN, String::new(), 2)]);
+    let (late, _) = h.batch(&[(30, "")], 61_000);
+    assert_eq!(late, vec![0]);
+}
+
+#[test]
+fn update_emits_the_windows_each_batch_changed() {
+    let mut h = Harness::new(panes(MIN, MIN)(0, OutputMode::Update));
+    let (_, out) = h.batch(&[(0, ""), (MIN, "")], NONE);
+    assert_eq!(out, vec![(0, MIN, String::new(), 1), (MIN, 2 * MIN, String::new(), 1)]);
+    let (_, out) = h.batch(&[(MIN + 1, "")], NONE);
+    assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 2)], "only the changed window");
+    let (_, out) = h.batch(&[], MIN);
+    assert!(out.is_empty(), "a window that becomes final unchanged is not emitted again");
+}
+
+#[test]
+fn complete_emits_every_window_in_state_until_it_is_final() {
+    let mut h = Harness::new(panes(MIN, MIN)(0, OutputMode::Complete));
+    h.batch(&[(0, ""), (MIN, ""), (MIN + 1, "")], NONE);
+    let (_, out) = h.batch(&[], NONE);
+    assert_eq!(out.len(), 2, "every window in state");
+    let (_, out) = h.batch(&[], MIN);
+    assert_eq!(out.len(), 2, "the window final in this batch is in it one last time");
+    let (_, out) = h.batch(&[], MIN);
+    assert_eq!(out, vec![(MIN, 2 * MIN, String::new(), 2)], "final windows leave state");
+}
+
+#[test]
+fn sliding_windows_merge_their_panes_per_key() {
+    let mut h = Harness::new(panes(3_000, 1_000)(0, OutputMode::Append));
+    h.batch(&[(0, "a"), (1_500, "a"), (2_500, "b")], NONE);
+    let (_, out) = h.batch(&[], i64::MAX);
+    let want = vec![
+        (-2_000, 1_000, "a".into(), 1),
+        (-1_000, 2_000, "a".into(), 2),
+        (0, 3_000, "a".into(), 2),
+        (0, 3_000, "b".into(), 1),
+        (1_000, 4_000, "a".into(), 1),
+        (1_000, 4_000, "b".into(), 1),
+        (2_000, 5_000, "b".into(), 1),
+    ];
+    assert_eq!(out, want);
+}
+
+#[test]
+fn sessions_grow_and_merge_across_batches_per_key() {
+    let mut h = Harness::new(sessions(10)(0, OutputMode::Append));
+    h.batch(&[(0, "a"), (5, "a"), (30, "a"), (0, "b")], NONE);
+    // 15 touches [0, 15); 25 touches [15, 25) and meets [30, 40): all of a's sessions merge.
+    let (_, out) = h.batch(&[(15, "a"), (25, "a")], 20);
+    assert_eq!(out, vec![(0, 10, "b".into(), 1)], "b's session ended at 10 <= 20");
+    let (late, _) = h.batch(&[(9, "b")], 20);
+    assert_eq!(late, vec![0], "9 + gap = 19 <= 20: its session could only be final");
+    let (_, out) = h.batch(&[], i64::MAX);
+    assert_eq!(out, vec![(0, 40, "a".into(), 5)]);
+}
+
+/// Advancing to the horizon emits exactly what advancing to +∞ would, and leaves no state: the
+/// flush at the end of input needs no infinite watermark.
+#[test]
+fn the_horizon_makes_everything_held_final() {
+    for make in [panes(3_000, 1_000), panes(MIN, MIN), sessions(10)] {
+        for lateness in [0, 500] {
+            let evs = [(0, "a"), (1_500, "a"), (2_500, "b"), (61_000, "c")];
+            let mut flushed = Harness::new(make(lateness, OutputMode::Append));
+            let mut infinite = Harness::new(make(lateness, OutputMode::Append));
+            flushed.batch(&evs, 100);
+            infinite.batch(&evs, 100);
+            let horizon = flushed.op.horizon(&flushed.state).unwrap().unwrap();
+            let (_, a) = flushed.batch(&[], horizon);
+            let (_, b) = infinite.batch(&[], i64::MAX);
+            assert_eq!(a, b);
+            assert!(!a.is_empty());
+            assert_eq!(flushed.op.horizon(&flushed.state).unwrap(), None, "nothing left");
+            let mut short = Harness::new(make(lateness, OutputMode::Append));
+            short.batch(&evs, 100);
+            short.batch(&[], horizon - 1);
+            assert!(short.op.horizon(&short.state).unwrap().is_some(), "the horizon is the lowest such watermark");
+        }
+    }
+}
+
+#[test]
+fn members_are_laid_out_group_by_group_in_event_order() {
+    let (members, ends) = group_members(&[1, 0, u32::MAX, 1, 0, 2], 3);
+    assert_eq!(members, vec![1, 4, 0, 3, 5]);
+    assert_eq!(ends, vec![2, 4, 5]);
+}
+
+#[test]
+fn object_bodies_are_checked_and_trimmed() {
+    assert_eq!(object_body(b" {\"count\":3} ").unwrap(), b"\"count\":3");
+    assert_eq!(object_body(b"{}").unwrap(), b"");
+    assert!(object_body(b"[1]").is_err());
+    assert!(object_body(b"{\"a\":").is_err());
+}

@@ -1,0 +1,329 @@
+//! Micro-batches: plan a batch (its range and idleness to the offsets log), run it through the
+//! transforms and the operator, deliver its rows, commit. The next batch is read and parsed on a
+//! thread of its own meanwhile (`ingest.rs`); its plan is still written only when the loop takes
+//! it, with that moment's idleness decision, so a re-run after a crash is the same batch.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::{Run, RunError, ms};
+use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
+use crate::ingest::{Ingest, Ingested, Parsed};
+use crate::isolate::{isolate, slice_events};
+use crate::pipeline::{Pipeline, Trigger};
+use crate::plugin::PluginError;
+use crate::progress::{BatchProgress, Durations, Progress};
+use crate::retry::sleep_unless;
+use crate::side_output::Failure;
+use crate::sink::{Delivery, Rows, SinkError};
+use crate::source::{Limit, Offsets, SourceBatch};
+use crate::watermark::{self, PartitionId};
+
+/// Records in batch `batch_id`: batches start at [`FIRST_BATCH`] records and double up to `max`.
+///
+/// The first batch runs before any watermark exists, so nothing in it can be late; a small first
+/// batch makes the watermark exist early, as it does on a stream that starts flowing, instead of
+/// letting one large first batch accept events that are hours late. A function of the batch id
+/// alone, so a batch re-run after a crash reads exactly the records it read before.
+fn batch_size(batch_id: u64, max: usize) -> usize {
+    FIRST_BATCH.checked_shl(batch_id.min(32) as u32).unwrap_or(usize::MAX).min(max)
+}
+
+const FIRST_BATCH: usize = 64;
+
+impl Run {
+    /// Runs batches until the input ends (returns `true`) or a stop is asked for (`false`).
+    pub(super) fn micro_batches(
+        &mut self,
+        ingest: &mut Ingest,
+        pipeline: &Pipeline,
+        batch_id: &mut u64,
+        rerun: &mut Option<Planned>,
+        progress: &mut Progress,
+    ) -> Result<bool, RunError> {
+        let stop = self.stop.clone();
+        let mut next_start = Instant::now();
+        let bounded = pipeline.bounded();
+        let limit = |id: u64| Limit {
+            records: match pipeline.trigger {
+                Trigger::Once => usize::MAX,
+                _ => batch_size(id, pipeline.source.max_offsets_per_trigger),
+            },
+            bounded,
+        };
+        // A processing-time trigger reads when it fires; the others read the next batch while
+        // the current one runs.
+        let read_ahead = !matches!(pipeline.trigger, Trigger::ProcessingTime { .. });
+        let mut ahead: Option<Ingested> = None;
+        let mut ended = false;
+        while !stop.load(Ordering::Relaxed) {
+            if let Trigger::ProcessingTime { interval } = pipeline.trigger {
+                let now = Instant::now();
+                if next_start > now {
+                    sleep_unless(&stop, next_start - now);
+                }
+                next_start = Instant::now() + interval;
+            }
+            let t0 = Instant::now();
+            let mut plan_time = Duration::ZERO;
+            let (ingested, plan) = match rerun.take() {
+                Some(plan) => (ingest.again(&plan)?, plan),
+                None => {
+                    let mut ingested = match ahead.take() {
+                        Some(i) => i,
+                        None => ingest.next(limit(*batch_id))?,
+                    };
+                    let flush = match &ingested.batch {
+                        Some(b) if b.is_empty() => continue,
+                        Some(_) => false,
+                        None => {
+                            // The end of the input: one more batch, without records, if the run
+                            // flushes and there is something to flush.
+                            if !self.flushes || self.operator.horizon(&self.state)?.is_none() {
+                                ended = true;
+                                break;
+                            }
+                            ingested.batch = Some(SourceBatch::default());
+                            true
+                        }
+                    };
+                    let idle = self.time.as_ref().map(|w| w.idle(Instant::now())).unwrap_or_default();
+                    let plan = Planned {
+                        batch_id: *batch_id,
+                        start: ingested.start.clone(),
+                        end: ingested.end.clone(),
+                        idle,
+                        flush,
+                        planned_at_ms: now_ms(),
+                    };
+                    let t = Instant::now();
+                    self.checkpoint.plan(&plan, &mut self.syncs)?;
+                    plan_time = t.elapsed();
+                    (ingested, plan)
+                }
+            };
+            let waited = t0.elapsed() - plan_time;
+            let Ingested { batch, parsed, read_ms, parse_ms, .. } = ingested;
+            let batch = batch.unwrap_or_default();
+            let next = limit(*batch_id + 1);
+            let (done, prefetched) = std::thread::scope(|s| {
+                let reader = (read_ahead && !plan.flush).then(|| s.spawn(|| ingest.next(next)));
+                let done = self.run_batch(*batch_id, &batch, parsed, &plan);
+                let prefetched = reader.map(|r| {
+                    r.join().unwrap_or_else(|_| Err(PluginError::Engine("the reading thread panicked".into()).into()))
+                });
+                (done, prefetched)
+            });
+            let mut report = done?;
+            ingest.source.committed(&plan.end);
+            report.durations.read_ms = read_ms;
+            report.durations.parse_ms = parse_ms;
+            report.durations.read_wait_ms = waited.as_secs_f64() * 1e3;
+            report.durations.plan_ms = plan_time.as_secs_f64() * 1e3;
+            report.durations.total_ms = t0.elapsed().as_secs_f64() * 1e3;
+            report.plugins = self.plugin_metrics();
+            progress.batch(&report);
+            *batch_id += 1;
+            if plan.flush {
+                self.syncs.wait()?;
+                return Ok(true);
+            }
+            // The next batch's read failing (or stopped) is that batch's business: this one is
+            // committed and counted.
+            ahead = prefetched.transpose()?;
+        }
+        self.syncs.wait()?;
+        Ok(ended)
+    }
+
+    /// A planned batch, from its parsed events to its commit.
+    fn run_batch(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        parsed: Parsed,
+        plan: &Planned,
+    ) -> Result<BatchProgress, RunError> {
+        let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
+        let t = Instant::now();
+        self.syncs.wait()?;
+        report.durations.sync_wait_ms = ms(t);
+        let t = Instant::now();
+        self.deliver(batch_id, &rows)?;
+        report.durations.sink_ms = ms(t);
+        let t = Instant::now();
+        self.commit(batch_id, plan.end.clone(), &report)?;
+        report.durations.commit_ms = ms(t);
+        Ok(report)
+    }
+
+    /// Delivers a batch; a sink plugin's failure is retried with backoff (delivery is
+    /// idempotent per delivery), then stops the pipeline: rows cannot be set aside the way
+    /// input records can.
+    pub(super) fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), RunError> {
+        let delivery = Delivery { checkpoint: &self.identity, batch_id };
+        let (sink, stop) = (&mut self.sink, &self.stop);
+        let retriable = |e: &SinkError| matches!(e, SinkError::Plugin(e) if crate::isolate::isolatable(e));
+        let what = format!("delivering batch {batch_id}");
+        self.failure
+            .retry()
+            .run(stop, &what, || sink.deliver(&delivery, rows), retriable)
+            .map_err(|e| e.into_inner())?;
+        Ok(())
+    }
+
+    /// Makes batch `batch_id` durable: side outputs, then the state with the source position
+    /// (the point of no return), then the commits log. (The caller then tells the source, for
+    /// the group offsets.)
+    pub(super) fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
+        let meta = StateMeta {
+            next_batch: batch_id + 1,
+            source: end,
+            watermark: self.time.as_ref().map(|w| w.save()).unwrap_or_default(),
+            dead_letters_len: self.dead.flush()?,
+            late_len: match self.late.as_mut() {
+                Some(l) => l.flush()?,
+                None => 0,
+            },
+            state_version: self.state_version,
+            flushed_to: self.flushed_to,
+        };
+        let bytes = serde_json::to_vec(&meta).map_err(|e| {
+            CheckpointError::file(self.checkpoint.state_dir(), format!("cannot encode the batch record: {e}"))
+        })?;
+        self.state.commit(&bytes, &mut self.syncs)?;
+        self.checkpoint.commit(&Committed {
+            batch_id,
+            watermark: report.watermark,
+            rows_out: Some(report.rows_out),
+            committed_at_ms: now_ms(),
+        })?;
+        Ok(())
+    }
+
+    /// Everything between parsing and delivering: dead letters, transforms, the operator.
+    pub(super) fn process(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        parsed: Parsed,
+        flush: bool,
+        idle: &[PartitionId],
+    ) -> Result<(Rows, BatchProgress), RunError> {
+        let mut report = BatchProgress { batch_id, input_rows: batch.len() + batch.bad.len(), ..Default::default() };
+        let mut d = Durations::default();
+
+        report.dead_letters += self.dead.undecodable(batch_id, batch)?;
+        let Parsed { out, failed } = parsed;
+        report.dead_letters +=
+            self.dead.write(batch_id, "parse", batch, out.errors.iter().map(Failure::record), None)?;
+        let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
+        report.dead_letters += self.dead.write(batch_id, "parse", batch, failed, None)?;
+        let mut events = out.events;
+
+        let t = Instant::now();
+        for i in 0..self.transforms.len() {
+            if events.times.is_empty() {
+                break;
+            }
+            let (input, transform) = (&events, &mut self.transforms[i]);
+            let (out, failed) = isolate(input.times.len(), &self.failure, &self.stop, |r| {
+                if r.len() == input.times.len() {
+                    transform.transform(input)
+                } else {
+                    transform.transform(&slice_events(input, r))
+                }
+            })?;
+            let stage = format!("transform[{i}]");
+            let origins = Some(events.origins.as_slice());
+            report.dead_letters +=
+                self.dead.write(batch_id, &stage, batch, out.errors.iter().map(Failure::record), origins)?;
+            let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
+            report.dead_letters += self.dead.write(batch_id, &stage, batch, failed, origins)?;
+            // Keep origins pointing at source records, whatever the number of transforms.
+            let mut next = out.events;
+            for o in next.origins.iter_mut() {
+                *o = events.origins[*o as usize];
+            }
+            events = next;
+        }
+        d.transform_ms = ms(t);
+        report.events = events.times.len();
+
+        // The operator, under the failure policy like parse and transform: a failed call leaves
+        // no trace (its staged state, its own notes and its rows are rolled back), so the parts
+        // that went through add up to the batch without the events that failed alone.
+        let t = Instant::now();
+        let in_force = self.in_force();
+        let mut rows = Rows::default();
+        let (op, state) = (&mut self.operator, &mut self.state);
+        let (late, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
+            let mark = (state.savepoint(), op.mark(), rows.rows.len(), rows.row_ends.len());
+            let result = if r.len() == events.times.len() {
+                op.process(&events, in_force, state, &mut rows)
+            } else {
+                op.process(&slice_events(&events, r), in_force, state, &mut rows)
+            };
+            if result.is_err() {
+                state.rollback(mark.0);
+                op.rollback(mark.1);
+                rows.rows.truncate(mark.2);
+                rows.row_ends.truncate(mark.3);
+            }
+            result
+        })?;
+        report.late_events = late.len();
+        if let Some(side) = self.late.as_mut() {
+            side.write(batch_id, batch, &events, &late, in_force)?;
+        }
+        d.aggregate_ms = ms(t);
+
+        // The watermark moves once per batch, at its end; the operator emits what that makes
+        // final. A flush advances it to the operator's horizon instead, and remembers it.
+        let t = Instant::now();
+        if let Some(w) = self.time.as_mut() {
+            let now = Instant::now();
+            let mut maxes: std::collections::BTreeMap<PartitionId, i64> = std::collections::BTreeMap::new();
+            for pos in &batch.positions {
+                maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
+            }
+            for (i, &time) in events.times.iter().enumerate() {
+                let pos = batch.positions[events.origins[i] as usize];
+                let m = maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
+                *m = (*m).max(time);
+            }
+            for (part, max) in maxes {
+                w.observe(part, max, now);
+            }
+            report.watermark = Some(w.advance(idle));
+        }
+        if flush && let Some(horizon) = self.operator.horizon(&self.state)? {
+            self.flushed_to = Some(self.flushed_to.map_or(horizon, |f| f.max(horizon)));
+        }
+        let to = self.in_force();
+        report.windows_emitted = self.operator.advance(in_force, to, &mut self.state, &mut rows)?;
+        report.flushed_to = self.flushed_to;
+        d.emit_ms = ms(t);
+
+        let stage = self.operator.stage().to_string();
+        let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
+        report.dead_letters += self.dead.write(batch_id, &stage, batch, failed, Some(&events.origins))?;
+        report.rows_out = rows.row_ends.len();
+        report.state_keys = self.state.estimated_keys();
+        report.durations = d;
+        Ok((rows, report))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_start_small_and_double_up_to_the_maximum() {
+        let sizes: Vec<usize> = (0..10).map(|b| batch_size(b, 5_000)).collect();
+        assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
+        assert_eq!(batch_size(u64::MAX, 10), 10);
+        assert_eq!(batch_size(0, 10), 10);
+    }
+}

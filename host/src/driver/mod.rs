@@ -1,0 +1,293 @@
+//! The trigger loop. Per batch: plan and read (source; the plan goes to the offsets log) →
+//! parse → transform → the operator (lateness, state, emission as the watermark moves) →
+//! deliver (sink) → commit (state, then the commits log).
+//!
+//! Exactly-once rests on three facts: a batch is a pure function of its plan and the state it
+//! starts from (same records, same watermark, same idleness, same batch id, so the same rows);
+//! the sink dedupes on the delivery (the checkpoint's identity and the batch id); and the state,
+//! the source position, the watermark and the side-output lengths are committed in one atomic
+//! write after the sink accepted the batch. A crash anywhere re-runs the planned, uncommitted
+//! batch from the last checkpoint.
+//!
+//! Continuous mode (stateless pipelines) skips the plan: records go through as they arrive and
+//! the position is committed every `checkpoint_interval`, so a crash re-delivers at most that
+//! interval's records (at-least-once).
+//!
+//! The files: `stages.rs` builds what a run is made of, `recovery.rs` finds where it starts,
+//! `batch.rs` runs micro-batches, `continuous.rs` continuous mode; this one wires them up.
+
+mod batch;
+mod continuous;
+mod recovery;
+mod stages;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Instant;
+
+pub(crate) use stages::{Output, Stages, sink};
+
+use crate::checkpoint::{CheckpointDir, CheckpointError, Metadata, Syncs};
+use crate::ingest::{Ingest, IngestError};
+use crate::kafka::KafkaError;
+use crate::operator::{Operator, OperatorError};
+use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, Trigger};
+use crate::plugin::metrics::Snapshot;
+use crate::plugin::{PluginError, Runtime, TransformFns};
+use crate::progress::{Progress, Summary};
+use crate::side_output::{DeadLetters, LateEvents, SideOutput, SideOutputError};
+use crate::sink::{RowSink, SinkError};
+use crate::source::{Source, SourceError};
+use crate::state::{StateError, StateStore};
+use crate::watermark::{self, Watermark};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RunError {
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error(transparent)]
+    Operator(#[from] OperatorError),
+    #[error(transparent)]
+    Sink(#[from] SinkError),
+    #[error(transparent)]
+    SideOutput(#[from] SideOutputError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+}
+
+impl From<IngestError> for RunError {
+    fn from(e: IngestError) -> Self {
+        match e {
+            IngestError::Source(e) => RunError::Source(e),
+            IngestError::Plugin(e) => RunError::Plugin(e),
+        }
+    }
+}
+
+impl RunError {
+    /// The run was asked to stop (SIGTERM) while waiting: not a failure.
+    fn is_stop(&self) -> bool {
+        matches!(
+            self,
+            RunError::Source(SourceError::Kafka(KafkaError::Stopped))
+                | RunError::Sink(SinkError::Kafka(KafkaError::Stopped))
+                | RunError::Plugin(PluginError::Stopped { .. })
+        )
+    }
+
+    /// Whether the error is in what the user wrote or pointed at (a pipeline that cannot start
+    /// as written), rather than something that went wrong while running.
+    pub(crate) fn is_config(&self) -> bool {
+        match self {
+            RunError::Plugin(e) => e.is_config(),
+            RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. }) => true,
+            RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
+            RunError::Checkpoint(CheckpointError::Foreign { .. }) => true,
+            _ => false,
+        }
+    }
+}
+
+/// Whether a run that reaches the end of bounded input emits every open window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Flush {
+    /// As the pipeline file's `watermark.flush_at_end` says, and `default` if it says nothing.
+    AsConfigured { default: bool },
+    /// Whatever the file says (`weir run --flush`).
+    Always,
+}
+
+/// How to run a pipeline, beside its stages.
+pub(crate) struct RunOptions {
+    pub checkpoint: PathBuf,
+    pub dead_letters: Option<PathBuf>,
+    pub progress: Progress,
+    /// Raised (by SIGTERM or Ctrl-C) to end the run after the current batch, or to abandon a
+    /// batch that is waiting for a broker. Either way the run returns normally.
+    pub stop: Arc<AtomicBool>,
+    /// Sync the checkpoint at every batch: always, except to measure what durability costs
+    /// (`weir bench --no-fsync`).
+    pub fsync: bool,
+    pub flush: Flush,
+}
+
+/// A run in progress: what the batch loops work with.
+struct Run {
+    name: String,
+    /// The checkpoint's identity: with the batch id, what the sink dedupes on.
+    identity: String,
+    checkpoint: CheckpointDir,
+    state: StateStore,
+    /// Plan and state syncs in flight: waited for before the next rows reach the sink.
+    syncs: Syncs,
+    failure: FailurePolicy,
+    stop: Arc<AtomicBool>,
+    transforms: Vec<Box<dyn TransformFns>>,
+    operator: Box<dyn Operator>,
+    /// The operator plugin's state version, recorded with every commit.
+    state_version: Option<u32>,
+    /// Event time, for pipelines with `[watermark]`.
+    time: Option<Watermark>,
+    /// Where a flush at the end of an earlier run advanced the operator to.
+    flushed_to: Option<i64>,
+    /// Whether this run flushes at the end of bounded input.
+    flushes: bool,
+    sink: Box<dyn RowSink>,
+    dead: DeadLetters,
+    late: Option<LateEvents>,
+    runtime: Option<Arc<Runtime>>,
+}
+
+/// Runs `pipeline` with `stages` until its input ends (bounded triggers) or `opts.stop` is
+/// raised, and returns the totals.
+///
+/// Start-up order matters: the checkpoint is locked and checked, the state and the source are
+/// opened, and only then, once nothing can fail on what the user wrote, is the checkpoint
+/// claimed; a run that fails to start leaves no metadata that would refuse the fixed pipeline.
+pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Result<Summary, RunError> {
+    let started = Instant::now();
+    let _running = stages.runtime.as_ref().map(|r| r.enter_pipeline());
+    let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;
+    let fingerprint = recovery::fingerprint(pipeline);
+    let identity = checkpoint.check(found.as_ref(), &pipeline.name, &fingerprint)?;
+    let mut state = StateStore::open(&checkpoint.state_dir())?;
+    if !opts.fsync {
+        (checkpoint, state) = (checkpoint.without_fsync(), state.without_fsync());
+    }
+    let recovered = recovery::recover(&checkpoint, &state)?;
+    let Stages { parsers, transforms, mut operator, sink, runtime } = stages;
+    let state_version =
+        recovery::open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name)?;
+    let restored = recovered.meta.as_ref();
+
+    let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
+    let streams = source.stream_names();
+    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
+    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
+    let dead = SideOutput::open(&dead_path, restored.map_or(0, |m| m.dead_letters_len))?;
+    let time = pipeline.windowed.as_ref().map(|w| &w.time);
+    let late = match time {
+        Some(t) if t.late == LatePolicy::SideOutput => {
+            let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
+            Some(SideOutput::open(&path, restored.map_or(0, |m| m.late_len))?)
+        }
+        _ => None,
+    };
+    let watermark = time.map(|t| {
+        let mut w = Watermark::new(t.delay_ms, t.idle_timeout);
+        if let Some(m) = restored {
+            w.restore(&m.watermark, Instant::now());
+        }
+        w
+    });
+    let flushes = match opts.flush {
+        Flush::Always => true,
+        Flush::AsConfigured { default } => time.and_then(|t| t.flush_at_end).unwrap_or(default),
+    };
+
+    checkpoint
+        .claim(found.as_ref(), &Metadata { id: identity.clone(), pipeline: pipeline.name.clone(), fingerprint })?;
+    let mut ingest = Ingest { source, failure: pipeline.failure, stop: opts.stop.clone(), parsers };
+    let mut run = Run {
+        name: pipeline.name.clone(),
+        identity,
+        checkpoint,
+        state,
+        syncs: Syncs::default(),
+        failure: pipeline.failure,
+        stop: opts.stop.clone(),
+        transforms,
+        operator,
+        state_version,
+        time: watermark,
+        flushed_to: restored.and_then(|m| m.flushed_to),
+        flushes,
+        sink,
+        dead: DeadLetters::new(dead, streams.clone()),
+        late: late.map(|l| LateEvents::new(l, streams)),
+        runtime,
+    };
+    if restored.is_some() {
+        let again = if recovered.rerun.is_some() { " (re-running its last planned batch)" } else { "" };
+        tracing::info!(batch = recovered.next_batch, "resuming {} from its checkpoint{again}", pipeline.name);
+    }
+    let mut progress = opts.progress;
+    let (mut batch_id, mut rerun) = (recovered.next_batch, recovered.rerun);
+    let result = match pipeline.trigger {
+        Trigger::Continuous { checkpoint_interval } => run.continuous(
+            &mut ingest,
+            &mut batch_id,
+            pipeline.source.max_offsets_per_trigger,
+            checkpoint_interval,
+            &mut progress,
+        ),
+        _ => run.micro_batches(&mut ingest, pipeline, &mut batch_id, &mut rerun, &mut progress),
+    };
+    let ended = match result {
+        Err(e) if e.is_stop() => {
+            tracing::info!(
+                "{}: stopped while waiting; a planned batch that was not committed re-runs on restart",
+                pipeline.name
+            );
+            false
+        }
+        other => other?,
+    };
+    if ended
+        && !run.flushes
+        && let Some(h) = run.operator.horizon(&run.state)?
+    {
+        tracing::info!(
+            "{}: input ended with windows still open; they are emitted when later input moves the watermark \
+             past them (up to {}), or by a run with --flush",
+            pipeline.name,
+            crate::progress::show_time(h)
+        );
+    }
+    let watermark = run.time.as_ref().map(Watermark::current);
+    let mut summary = progress.finish(started.elapsed(), watermark, run.plugin_metrics());
+    summary.interrupted = pipeline.bounded() && !ended;
+    Ok(summary)
+}
+
+impl Run {
+    fn plugin_metrics(&self) -> BTreeMap<String, Snapshot> {
+        match &self.runtime {
+            Some(r) => r.metrics().pipeline(&self.name).into_iter().collect(),
+            None => BTreeMap::new(),
+        }
+    }
+
+    /// The watermark in force for lateness and emission: the real one, or the horizon an earlier
+    /// flush advanced the operator to, whichever is later.
+    fn in_force(&self) -> i64 {
+        let real = self.time.as_ref().map_or(watermark::NONE, Watermark::current);
+        real.max(self.flushed_to.unwrap_or(watermark::NONE))
+    }
+}
+
+fn ms(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1e3
+}
+
+/// A fresh checkpoint directory for one-off runs (`weir test`, `weir bench`).
+pub(crate) fn scratch_checkpoint() -> std::io::Result<tempfile::TempDir> {
+    tempfile::Builder::new().prefix("weir-").tempdir()
+}
+
+/// Where `weir run` keeps a pipeline's checkpoint when the file names none.
+pub(crate) fn default_checkpoint(pipeline: &Pipeline, pipeline_file: &Path) -> PathBuf {
+    pipeline
+        .checkpoint
+        .clone()
+        .unwrap_or_else(|| pipeline_file.parent().unwrap_or(Path::new(".")).join(".weir").join(&pipeline.name))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,85 @@
+//! The stages a run is made of (parsers, transforms, the operator, the sink), built in one place.
+//! The driver runs whatever it is given: [`Stages::wasm`] builds a pipeline's own plugins,
+//! `native::stages` the host-code baseline that `weir bench --native` measures the sandbox
+//! against, and a test may put a run together from stages of its own.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use super::RunError;
+use crate::operator::Operator;
+use crate::operator::passthrough::PassThrough;
+use crate::pipeline::{Pipeline, SinkConfig, Trigger};
+use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Runtime, Sink, TransformFns, Transformer};
+use crate::sink::{KafkaSink, LineSink, RowSink, SinkError, WasmSink};
+
+/// Where a run's rows go.
+pub(crate) enum Output {
+    /// The pipeline's `[sink]`, or the console without one.
+    Pipeline,
+    /// JSON lines to a writer (`weir test`, `weir bench`).
+    Lines(Box<dyn Write + Send>),
+    /// A sink of the caller's (`weir demo`'s console).
+    Sink(Box<dyn RowSink>),
+}
+
+pub(crate) struct Stages {
+    /// One per `parse.parallelism`.
+    pub parsers: Vec<Box<dyn ParseFns>>,
+    pub transforms: Vec<Box<dyn TransformFns>>,
+    pub operator: Box<dyn Operator>,
+    pub sink: Box<dyn RowSink>,
+    /// The Wasm runtime the plugins run on, for their metrics and the fair share between
+    /// pipelines; `None` when no stage is a plugin.
+    pub runtime: Option<Arc<Runtime>>,
+}
+
+impl Stages {
+    /// The pipeline's own plugins, each instantiated (so a missing component, a role it does
+    /// not play or a configuration it refuses fails here, before the checkpoint is touched).
+    pub(crate) fn wasm(
+        p: &Pipeline,
+        runtime: &Arc<Runtime>,
+        output: Output,
+        stop: &Arc<AtomicBool>,
+    ) -> Result<Self, RunError> {
+        let parsers = (0..p.parse_parallelism)
+            .map(|_| Ok(Box::new(Parser::new(runtime, p.parse.clone())?) as Box<dyn ParseFns>))
+            .collect::<Result<_, PluginError>>()?;
+        let transforms = p
+            .transforms
+            .iter()
+            .map(|t| Ok(Box::new(Transformer::new(runtime, t.clone())?) as Box<dyn TransformFns>))
+            .collect::<Result<_, PluginError>>()?;
+        let operator: Box<dyn Operator> = match &p.windowed {
+            Some(w) => crate::aggregate::operator(w, Box::new(Aggregator::new(runtime, w.aggregate.clone())?)),
+            None => Box::new(PassThrough),
+        };
+        let sink = sink(p, output, Some(runtime), stop)?;
+        Ok(Self { parsers, transforms, operator, sink, runtime: Some(runtime.clone()) })
+    }
+}
+
+/// The sink for `output`: the pipeline's own (a Wasm sink needs `runtime`), or the caller's.
+pub(crate) fn sink(
+    p: &Pipeline,
+    output: Output,
+    runtime: Option<&Arc<Runtime>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Box<dyn RowSink>, RunError> {
+    let continuous = matches!(p.trigger, Trigger::Continuous { .. });
+    Ok(match (output, &p.sink) {
+        (Output::Lines(w), _) => Box::new(LineSink(w)),
+        (Output::Sink(s), _) => s,
+        (Output::Pipeline, Some(SinkConfig::Wasm(spec))) => {
+            let runtime = runtime
+                .ok_or_else(|| PluginError::Engine(format!("{}: a Wasm sink needs the Wasm runtime", spec.name)))?;
+            Box::new(WasmSink(Sink::new(runtime, spec.clone())?))
+        }
+        (Output::Pipeline, Some(SinkConfig::Kafka(k))) => {
+            Box::new(KafkaSink::open(k, continuous, stop.clone()).map_err(SinkError::Kafka)?)
+        }
+        (Output::Pipeline, None) => Box::new(LineSink(std::io::stdout())),
+    })
+}

@@ -1,0 +1,86 @@
+//! Operators: what a batch's events become between the transforms and the sink. A stateless
+//! pipeline passes its rows through (`passthrough.rs`); a windowed aggregation keeps state and
+//! emits rows as the watermark moves (`aggregate/`). Each is one implementation of [`Operator`],
+//! which carries the operator's whole lifecycle; the driver knows nothing else about it, so a new
+//! operator is a new file behind this trait.
+//!
+//! Lifecycle of a run: [`Operator::open`] once, over the state the last committed batch left
+//! (rebuild what is kept in memory, convert state another plugin build wrote); then per batch
+//! [`Operator::process`] (events into state; late ones reported) and [`Operator::advance`] (the
+//! watermark moved: emit what became final, drop what nothing needs any more). At the end of
+//! bounded input a run may flush: advance to [`Operator::horizon`], where everything held is
+//! final.
+//!
+//! State changes are staged in the [`StateStore`] and commit with the batch's checkpoint record,
+//! so an operator's state always matches a whole number of batches. A batch is a pure function
+//! of its events, the watermark and that state: a re-run after a crash gives the same rows.
+//! `mark`/`rollback` undo the operator's own notes of a `process` call that failed, beside the
+//! state's savepoint, so that the failure policy can retry and bisect.
+
+pub(crate) mod passthrough;
+
+use crate::plugin::{EventBatch, PluginError};
+use crate::sink::Rows;
+use crate::state::{StateError, StateStore};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum OperatorError {
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("state entry {key:?} is corrupt: {message}")]
+    Corrupt { key: String, message: String },
+    #[error("stage {stage}: finish returned a row that is not a JSON object: {message}")]
+    NotAnObject { stage: String, message: String },
+    #[error(
+        "the state holds accumulators of state version {from}; the plugin declares state version {to} and cannot \
+         migrate them ({source}). Run the build that wrote them, or start a new checkpoint"
+    )]
+    Migrate { from: u32, to: u32, source: PluginError },
+}
+
+/// What [`Operator::open`] found.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Opened {
+    /// The state version to record with every commit from now on (`None`: no plugin state).
+    pub state_version: Option<u32>,
+    /// State entries converted from the checkpoint's state version; staged, to commit at once.
+    pub migrated: Option<usize>,
+}
+
+pub(crate) trait Operator: Send {
+    /// Called once at start-up. `restored_version` is the state version the checkpoint recorded
+    /// (`None`: a new checkpoint; one from before versioning holds version 1).
+    fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError>;
+
+    /// Takes a batch's events into state (or straight to `out`). An event is judged against
+    /// `watermark`, the watermark in force for the batch (the one the batch before reached).
+    /// Returns the indices of the events that were late for everything they belong to. Must
+    /// leave no trace when it fails: the caller rolls the state back and calls `rollback`.
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Vec<u32>, OperatorError>;
+
+    /// The watermark moved from `from` to `to` at the end of a batch: appends the rows that leave
+    /// now to `out`, drops state nothing needs any more, and returns how many results it emitted.
+    fn advance(&mut self, from: i64, to: i64, state: &mut StateStore, out: &mut Rows) -> Result<usize, OperatorError>;
+
+    /// The lowest watermark at which everything the operator holds is final (`None`: it holds
+    /// nothing). A flush at the end of input advances to it, and not to +∞, so the next run on
+    /// the checkpoint judges lateness as if the stream had gone on.
+    fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError>;
+
+    /// The stage name that dead letters of events this operator failed on carry.
+    fn stage(&self) -> &str;
+
+    /// Where the operator's notes on this batch stand, to [`Operator::rollback`] to.
+    fn mark(&self) -> usize;
+
+    /// Forgets what `process` noted since `mark` (its state changes are rolled back beside).
+    fn rollback(&mut self, mark: usize);
+}

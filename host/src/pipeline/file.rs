@@ -1,0 +1,251 @@
+//! The pipeline file's schema: what a pipeline file may say, exactly as written (TOML through
+//! serde). Every table refuses keys it does not know, so a typo is an error naming the key, never
+//! a silent default. `validate.rs` turns a file into the model in `mod.rs`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{LatePolicy, OutputMode, ReplayFormat};
+
+/// A duration written the way people write them: "10 minutes", "30s", "1h 30m", "250ms".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Dur).map_err(|e| {
+            serde::de::Error::custom(format!(
+                "`{s}` is not a duration ({e}); write e.g. \"10 minutes\", \"30s\", \"250ms\""
+            ))
+        })
+    }
+}
+
+impl Dur {
+    pub(super) fn millis(self) -> i64 {
+        i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PipelineFile {
+    pub(super) name: String,
+    pub(super) source: SourceFile,
+    #[serde(default)]
+    pub(super) trigger: TriggerFile,
+    pub(super) parse: StageFile,
+    #[serde(default)]
+    pub(super) transform: Vec<StageFile>,
+    pub(super) watermark: Option<WatermarkFile>,
+    pub(super) window: Option<WindowFile>,
+    pub(super) aggregate: Option<StageFile>,
+    #[serde(default)]
+    pub(super) output: OutputFile,
+    pub(super) sink: Option<SinkFile>,
+    pub(super) checkpoint: Option<CheckpointFile>,
+    pub(super) dead_letter: Option<DeadLetterFile>,
+    #[serde(default)]
+    pub(super) failure: FailureFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct FailureFile {
+    #[serde(default)]
+    pub(super) policy: FailureMode,
+    pub(super) retries: Option<u32>,
+    pub(super) backoff: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum FailureMode {
+    #[default]
+    DeadLetter,
+    FailFast,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "kebab-case", deny_unknown_fields)]
+pub(super) enum SourceFile {
+    /// Recorded events, one per line (see docs/recorded-events.md).
+    Replay {
+        path: PathBuf,
+        #[serde(default)]
+        format: ReplayFormat,
+        max_offsets_per_trigger: Option<usize>,
+    },
+    /// Kafka topics (docs/kafka.md).
+    Kafka {
+        topics: Vec<String>,
+        /// Only these partitions, as "topic:partition"; default: all of each topic's.
+        partitions: Option<Vec<String>>,
+        #[serde(default)]
+        starting_offsets: StartingFile,
+        /// Start at the first record at or after this time (epoch ms) instead.
+        starting_timestamp: Option<i64>,
+        max_offsets_per_trigger: Option<usize>,
+        /// librdkafka options, e.g. `kafka.bootstrap.servers = "host:9092"`.
+        kafka: toml::Table,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum StartingFile {
+    #[default]
+    Earliest,
+    Latest,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct SinkFile {
+    #[serde(rename = "type", default)]
+    pub(super) kind: SinkKindFile,
+    pub(super) plugin: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) config: toml::Table,
+    #[serde(default)]
+    pub(super) grants: GrantsFile,
+    #[serde(default)]
+    pub(super) limits: LimitsFile,
+    pub(super) topic: Option<String>,
+    pub(super) kafka: Option<toml::Table>,
+    pub(super) transactional: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum SinkKindFile {
+    #[default]
+    Wasm,
+    Kafka,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct TriggerFile {
+    #[serde(default)]
+    pub(super) mode: TriggerMode,
+    pub(super) interval: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum TriggerMode {
+    #[default]
+    ProcessingTime,
+    Once,
+    AvailableNow,
+    Continuous,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StageFile {
+    pub(super) plugin: PathBuf,
+    /// `[parse]` only: instances that parse a batch's chunks in parallel.
+    pub(super) parallelism: Option<usize>,
+    #[serde(default)]
+    pub(super) config: toml::Table,
+    #[serde(default)]
+    pub(super) grants: GrantsFile,
+    #[serde(default)]
+    pub(super) limits: LimitsFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GrantsFile {
+    #[serde(default)]
+    pub(super) dirs: Vec<DirGrantFile>,
+    /// Names of environment variables to pass through.
+    #[serde(default)]
+    pub(super) env: Vec<String>,
+    #[serde(default)]
+    pub(super) clocks: bool,
+    #[serde(default)]
+    pub(super) random: bool,
+    /// "host:port" addresses the plugin may open TCP connections to.
+    #[serde(default)]
+    pub(super) network: Vec<String>,
+    /// "host:port" authorities the plugin may send HTTP requests to (wasi:http).
+    #[serde(default)]
+    pub(super) http: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DirGrantFile {
+    pub(super) host: PathBuf,
+    pub(super) guest: String,
+    #[serde(default)]
+    pub(super) writable: bool,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct LimitsFile {
+    pub(super) call_timeout: Option<Dur>,
+    pub(super) max_memory_mb: Option<u64>,
+    pub(super) max_output_mb: Option<u64>,
+    pub(super) recycle_after_calls: Option<u64>,
+    pub(super) fuel: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WatermarkFile {
+    pub(super) delay: Dur,
+    pub(super) idle_timeout: Option<Dur>,
+    pub(super) allowed_lateness: Option<Dur>,
+    #[serde(default)]
+    pub(super) late: LatePolicy,
+    pub(super) late_path: Option<PathBuf>,
+    /// Whether a run that reaches the end of bounded input emits every open window; default:
+    /// the run's (`weir test` flushes, `weir run` does not).
+    pub(super) flush_at_end: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct WindowFile {
+    #[serde(rename = "type")]
+    pub(super) kind: WindowKind,
+    pub(super) size: Option<Dur>,
+    pub(super) slide: Option<Dur>,
+    pub(super) gap: Option<Dur>,
+    pub(super) offset: Option<Dur>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum WindowKind {
+    Tumbling,
+    Sliding,
+    Session,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct OutputFile {
+    #[serde(default)]
+    pub(super) mode: OutputMode,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct CheckpointFile {
+    pub(super) location: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DeadLetterFile {
+    pub(super) path: PathBuf,
+}

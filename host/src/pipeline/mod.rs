@@ -1,0 +1,271 @@
+//! A pipeline: what the engine runs, validated. The file it comes from is described by
+//! `file.rs` (the schema, as written) and checked by `validate.rs` (every key, value and
+//! combination, with the key's path and the fix in each error). Validation reads only the file:
+//! it does not look up names, read environment variables or touch the filesystem; what a
+//! pipeline needs from the machine it runs on is resolved at start-up (the driver; the plugin
+//! grants in `plugin/grants.rs`).
+//!
+//! Names follow Spark Structured Streaming where Spark has one (`watermark.delay` is
+//! `withWatermark`'s delay, `output.mode` is `outputMode`, `trigger.mode` is the trigger,
+//! `checkpoint.location` is `checkpointLocation`, `source.max_offsets_per_trigger` is
+//! `maxOffsetsPerTrigger`). Relative paths are relative to the pipeline file's directory.
+
+mod file;
+mod validate;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::plugin::StageSpec;
+use crate::window::WindowSpec;
+
+/// A bad pipeline file: which key, where, and what is wrong with it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PipelineError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}{}: {key}: {message}", path.display(), at.map_or(String::new(), |(l, c)| format!(":{l}:{c}")))]
+    Invalid {
+        path: PathBuf,
+        /// Line and column (1-based) of the offending text, when the TOML parser knows it.
+        at: Option<(usize, usize)>,
+        key: String,
+        message: String,
+    },
+}
+
+/// What happens when a plugin traps, runs out of time or memory, or breaks a limit.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FailurePolicy {
+    /// Stop the pipeline at the first failure (after the retries) instead of isolating the
+    /// records that cause it.
+    pub fail_fast: bool,
+    /// Attempts of the whole batch after the first, before isolating.
+    pub retries: u32,
+    /// Wait before the first retry; doubles with each.
+    pub backoff: Duration,
+}
+
+impl Default for FailurePolicy {
+    fn default() -> Self {
+        Self { fail_fast: false, retries: 2, backoff: Duration::from_millis(100) }
+    }
+}
+
+impl FailurePolicy {
+    /// The policy's retries, as the retry mechanism takes them.
+    pub(crate) fn retry(&self) -> crate::retry::Retry {
+        crate::retry::Retry { retries: Some(self.retries), first_wait: self.backoff, max_wait: Duration::MAX }
+    }
+}
+
+/// Where a Kafka source starts in a partition the checkpoint does not know yet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StartingOffsets {
+    Earliest,
+    Latest,
+    /// The first offset whose record's timestamp is at or after this (epoch ms).
+    Timestamp(i64),
+}
+
+/// How a recorded-events file is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum ReplayFormat {
+    /// `envelope` if the first line is an object with `value` and only envelope keys, else `lines`.
+    #[default]
+    Auto,
+    /// Each line is one record's value.
+    Lines,
+    /// Each line is `{"value": .., "key": .., "partition": .., "offset": .., "timestamp": ..}`.
+    Envelope,
+}
+
+/// What happens to an event that is late for every window it belongs to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum LatePolicy {
+    /// Counted and dropped.
+    #[default]
+    Drop,
+    /// Counted and written to the late-data file with its reason.
+    SideOutput,
+}
+
+/// Which window results leave a batch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum OutputMode {
+    /// Each window once, when the watermark passes its end: the final result.
+    #[default]
+    Append,
+    /// Each window changed in this batch.
+    Update,
+    /// Every window kept in state.
+    Complete,
+}
+
+/// When batches start and how much each reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Trigger {
+    /// A batch every `interval` (back to back if a batch takes longer), until input ends.
+    ProcessingTime { interval: Duration },
+    /// One batch with everything available, then stop.
+    Once,
+    /// Everything available now, in batches of `max_offsets_per_trigger`, then stop.
+    AvailableNow,
+    /// Stateless pipelines: each record as soon as it arrives; offsets checkpointed every
+    /// `checkpoint_interval`. At-least-once (docs/semantics.md).
+    Continuous { checkpoint_interval: Duration },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct SourceConfig {
+    pub kind: SourceKind,
+    pub max_offsets_per_trigger: usize,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum SourceKind {
+    Replay { path: PathBuf, format: ReplayFormat },
+    Kafka(KafkaSourceConfig),
+}
+
+impl SourceKind {
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            SourceKind::Replay { .. } => "replay",
+            SourceKind::Kafka(_) => "kafka",
+        }
+    }
+
+    /// What the source reads, for the checkpoint's fingerprint: a file by its canonical path (so
+    /// `./orders.jsonl`, `orders.jsonl` and a start from another directory agree), topics by
+    /// name. Called at start-up, not in validation: it reads the filesystem.
+    pub(crate) fn identity(&self) -> String {
+        match self {
+            SourceKind::Replay { path, .. } => {
+                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+                format!("replay:{}", path.display())
+            }
+            SourceKind::Kafka(k) => format!("kafka:{}", k.topics.join(",")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct KafkaSourceConfig {
+    pub topics: Vec<String>,
+    /// Explicit (topic, partition) assignment; `None`: every partition of each topic.
+    pub partitions: Option<Vec<(String, i32)>>,
+    pub starting: StartingOffsets,
+    /// librdkafka options, applied over Weir's defaults.
+    pub options: Vec<(String, String)>,
+    /// Group whose offsets Weir commits for lag monitoring: `kafka.group.id`, else `weir-NAME`.
+    pub group_id: String,
+}
+
+/// Where rows go.
+#[derive(Debug, Clone)]
+pub(crate) enum SinkConfig {
+    Wasm(StageSpec),
+    Kafka(KafkaSinkConfig),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct KafkaSinkConfig {
+    pub topic: String,
+    pub options: Vec<(String, String)>,
+    /// One transaction per batch (exactly-once for `read_committed` consumers).
+    pub transactional: bool,
+    /// `kafka.transactional.id`, else `weir-NAME`: stable across restarts, so a restarted
+    /// pipeline fences its previous incarnation.
+    pub transactional_id: String,
+}
+
+/// Default batch size for a replay: large enough that per-call costs vanish, small enough that
+/// the watermark advances during a replay as it would on a live stream.
+pub(crate) const DEFAULT_MAX_OFFSETS_PER_TRIGGER: usize = 10_000;
+
+#[derive(Debug, Clone)]
+pub(crate) struct EventTime {
+    pub delay_ms: i64,
+    pub idle_timeout: Option<Duration>,
+    pub allowed_lateness_ms: i64,
+    pub late: LatePolicy,
+    pub late_path: Option<PathBuf>,
+    /// Whether a run that reaches the end of bounded input emits every open window. `None`: as
+    /// the run decides (`weir test` and `weir bench` do, `weir run` does not unless `--flush`).
+    pub flush_at_end: Option<bool>,
+}
+
+/// A windowed aggregation: how to window, what to aggregate, what to emit.
+#[derive(Debug, Clone)]
+pub(crate) struct Windowed {
+    pub window: WindowSpec,
+    pub aggregate: StageSpec,
+    pub time: EventTime,
+    pub output: OutputMode,
+}
+
+/// A validated pipeline.
+#[derive(Debug, Clone)]
+pub(crate) struct Pipeline {
+    pub name: String,
+    pub source: SourceConfig,
+    pub trigger: Trigger,
+    pub parse: StageSpec,
+    /// Parser instances: a batch is cut into this many chunks, parsed on as many threads, and
+    /// put back together in order (the events are the same as with one).
+    pub parse_parallelism: usize,
+    pub transforms: Vec<StageSpec>,
+    pub windowed: Option<Windowed>,
+    pub sink: Option<SinkConfig>,
+    pub checkpoint: Option<PathBuf>,
+    pub dead_letter: Option<PathBuf>,
+    pub failure: FailurePolicy,
+}
+
+impl Pipeline {
+    /// Every plugin stage, in the order the data meets them.
+    pub(crate) fn stages(&self) -> impl Iterator<Item = &StageSpec> {
+        let sink = match &self.sink {
+            Some(SinkConfig::Wasm(s)) => Some(s),
+            _ => None,
+        };
+        std::iter::once(&self.parse)
+            .chain(&self.transforms)
+            .chain(self.windowed.as_ref().map(|w| &w.aggregate))
+            .chain(sink)
+    }
+
+    /// Whether any stage sets `limits.fuel` (the Wasm runtime must then meter fuel).
+    pub(crate) fn uses_fuel(&self) -> bool {
+        self.stages().any(|s| s.limits.fuel.is_some())
+    }
+
+    /// Whether the input ends: a recorded-events file, or a trigger that reads what is there now.
+    pub(crate) fn bounded(&self) -> bool {
+        matches!(self.trigger, Trigger::Once | Trigger::AvailableNow)
+            || matches!(self.source.kind, SourceKind::Replay { .. })
+    }
+
+    /// Reads and validates a pipeline file. Relative paths in it resolve against its directory,
+    /// made absolute, so the pipeline means the same whatever directory Weir runs in.
+    pub(crate) fn load(path: &Path) -> Result<Self, PipelineError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| PipelineError::Read { path: path.to_path_buf(), source: e })?;
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        Self::parse(&text, &path)
+    }
+
+    /// Validates pipeline text; `path` locates relative paths and names the file in errors.
+    pub(crate) fn parse(text: &str, path: &Path) -> Result<Self, PipelineError> {
+        validate::pipeline(text, path)
+    }
+}
+
+#[cfg(test)]
+mod tests;

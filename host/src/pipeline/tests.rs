@@ -1,0 +1,129 @@
+//! The pipeline file's validation: good files, and bad ones naming the key and the fix.
+
+use std::path::Path;
+
+use super::*;
+
+const GOOD: &str = r#"
+    name = "orders"
+    [source]
+    type = "replay"
+    path = "events.jsonl"
+    [parse]
+    plugin = "p.wasm"
+    [watermark]
+    delay = "10 minutes"
+    [window]
+    type = "tumbling"
+    size = "1 minute"
+    [aggregate]
+    plugin = "a.wasm"
+    config = { error_status = "ERROR" }
+"#;
+
+fn err(text: &str) -> String {
+    Pipeline::parse(text, Path::new("dir/p.toml")).unwrap_err().to_string()
+}
+
+#[test]
+fn a_good_file_resolves_paths_against_its_directory() {
+    let p = Pipeline::parse(GOOD, Path::new("dir/p.toml")).unwrap();
+    assert!(matches!(&p.source.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/events.jsonl")));
+    assert_eq!(p.parse.component, Path::new("dir/p.wasm"));
+    let w = p.windowed.unwrap();
+    assert_eq!(w.time.delay_ms, 600_000);
+    assert_eq!(w.aggregate.config_json, r#"{"error_status":"ERROR"}"#);
+    assert_eq!(w.aggregate.name, "orders/aggregate (a.wasm)");
+}
+
+#[test]
+fn unknown_keys_name_their_path_and_the_allowed_keys() {
+    let e = err(&GOOD.replace("size = \"1 minute\"", "sise = \"1 minute\""));
+    assert!(e.contains("window") && e.contains("unknown field `sise`") && e.contains("`size`"), "{e}");
+}
+
+#[test]
+fn bad_values_say_what_is_allowed() {
+    let e = err(&GOOD.replace("delay = \"10 minutes\"", "delay = \"10 minuts\""));
+    assert!(e.contains("watermark.delay") && e.contains("not a duration"), "{e}");
+    let e = err(&format!("{GOOD}\n[output]\nmode = \"apend\""));
+    assert!(e.contains("output.mode") && e.contains("`append`"), "{e}");
+}
+
+#[test]
+fn a_sliding_window_needs_a_slide_that_divides_its_size() {
+    let text = GOOD.replace("type = \"tumbling\"", "type = \"sliding\"\nslide = \"7 seconds\"");
+    assert!(err(&text).contains("window.slide: must divide"));
+    let text = GOOD.replace("type = \"tumbling\"", "type = \"sliding\"");
+    assert!(err(&text).contains("window.slide: required"));
+}
+
+#[test]
+fn a_window_without_a_watermark_is_refused() {
+    let text = GOOD.replace("[watermark]\n    delay = \"10 minutes\"", "");
+    assert!(err(&text).contains("watermark: a windowed pipeline needs [watermark]"));
+}
+
+#[test]
+fn kafka_options_are_librdkafka_names_and_need_the_brokers() {
+    let kafka = GOOD.replace(
+        "type = \"replay\"\n    path = \"events.jsonl\"",
+        "type = \"kafka\"\ntopics = [\"orders\"]\nstarting_offsets = \"latest\"\n\
+         kafka.bootstrap.servers = \"127.0.0.1:9\"\nkafka.fetch.wait.max.ms = 5",
+    );
+    let p = Pipeline::parse(&kafka, Path::new("p.toml")).unwrap();
+    let SourceKind::Kafka(k) = p.source.kind else { panic!("not kafka") };
+    assert_eq!(k.starting, StartingOffsets::Latest);
+    assert_eq!(k.group_id, "weir-orders");
+    assert!(k.options.contains(&("fetch.wait.max.ms".into(), "5".into())), "{:?}", k.options);
+    let e = err(&kafka.replace("kafka.bootstrap.servers = \"127.0.0.1:9\"", ""));
+    assert!(e.contains("source.kafka.bootstrap.servers: required"), "{e}");
+    let e = err(&kafka.replace("topics = [\"orders\"]", "topics = [\"orders\"]\npartitions = [\"other:1\"]"));
+    assert!(e.contains("source.partitions") && e.contains("`other:1`"), "{e}");
+}
+
+#[test]
+fn continuous_mode_is_for_stateless_pipelines_and_sinks_are_checked_by_type() {
+    let e = err(&GOOD.replace("[parse]", "[trigger]\nmode = \"continuous\"\n[parse]"));
+    assert!(e.contains("trigger.mode") && e.contains("stateless"), "{e}");
+    let e = err(&format!("{GOOD}\n[sink]\ntype = \"kafka\"\nkafka.bootstrap.servers = \"x:1\""));
+    assert!(e.contains("sink.topic"), "{e}");
+    let e = err(&format!("{GOOD}\n[sink]\ntype = \"kafka\"\ntopic = \"t\"\nplugin = \"s.wasm\""));
+    assert!(e.contains("sink.plugin: does not apply to a Kafka sink"), "{e}");
+}
+
+#[test]
+fn grants_must_name_an_absolute_guest_path() {
+    let text = format!("{GOOD}\n[sink]\nplugin = \"s.wasm\"\ngrants.dirs = [{{ host = \"out\", guest = \"out\" }}]");
+    assert!(err(&text).contains("sink.grants.dirs[0].guest"));
+}
+
+#[test]
+fn toml_errors_say_the_line_and_column() {
+    let e = err(&GOOD.replace("size = \"1 minute\"", "size = \"1 minute"));
+    assert!(e.contains("dir/p.toml:12:") && e.contains("(syntax)"), "{e}");
+    let e = err(&GOOD.replace("delay = \"10 minutes\"", "delay = 10"));
+    assert!(e.contains("dir/p.toml:9:13: watermark.delay"), "{e}");
+}
+
+/// Grants name things on the machine that runs the pipeline: validating the file looks none of
+/// them up (that happens at start-up, where a missing one is an error naming it).
+#[test]
+fn validation_reads_no_environment_and_resolves_no_names() {
+    let text = format!(
+        "{GOOD}\n[sink]\nplugin = \"s.wasm\"\ngrants.env = [\"WEIR_TEST_SURELY_UNSET\"]\n\
+         grants.network = [\"no-such-host.invalid:5432\"]"
+    );
+    let p = Pipeline::parse(&text, Path::new("dir/p.toml")).unwrap();
+    let Some(SinkConfig::Wasm(sink)) = p.sink else { panic!("a Wasm sink") };
+    assert_eq!(sink.grants.env, vec!["WEIR_TEST_SURELY_UNSET".to_string()]);
+    let e = err(&text.replace("no-such-host.invalid:5432", "no-port"));
+    assert!(e.contains("sink.grants.network[0]") && e.contains("host:port"), "{e}");
+}
+
+#[test]
+fn flush_at_end_is_the_run_s_choice_unless_the_file_makes_it() {
+    let w = |text: &str| Pipeline::parse(text, Path::new("p.toml")).unwrap().windowed.unwrap().time.flush_at_end;
+    assert_eq!(w(GOOD), None);
+    assert_eq!(w(&GOOD.replace("delay = \"10 minutes\"", "delay = \"10 minutes\"\nflush_at_end = false")), Some(false));
+}

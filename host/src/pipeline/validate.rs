@@ -1,0 +1,405 @@
+//! From a pipeline file to a [`Pipeline`]: every key, value and combination checked, each error
+//! naming the key's path, where it is (for what the TOML parser locates) and what to write
+//! instead. Nothing here reads the environment, resolves a name or touches the filesystem.
+
+use std::path::Path;
+
+use super::file::{
+    Dur, FailureMode, PipelineFile, SinkFile, SinkKindFile, SourceFile, StageFile, StartingFile, TriggerMode,
+    WindowFile, WindowKind,
+};
+use super::*;
+use crate::plugin::{DirGrant, Grants, Limits};
+
+/// Parses and validates pipeline text; `path` (absolute) locates relative paths and names the
+/// file in errors.
+pub(super) fn pipeline(text: &str, path: &Path) -> Result<Pipeline, PipelineError> {
+    let invalid = |key: &str, message: String| PipelineError::Invalid {
+        path: path.to_path_buf(),
+        at: None,
+        key: key.to_string(),
+        message,
+    };
+    let at = |e: &toml::de::Error| e.span().map(|s| line_col(text, s.start));
+    let de = toml::Deserializer::parse(text).map_err(|e| PipelineError::Invalid {
+        path: path.to_path_buf(),
+        at: at(&e),
+        key: "(syntax)".into(),
+        message: e.message().to_string(),
+    })?;
+    let file: PipelineFile = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let key = if key == "." { "(top level)".to_string() } else { key };
+        PipelineError::Invalid {
+            path: path.to_path_buf(),
+            at: at(e.inner()),
+            key,
+            message: e.inner().message().to_string(),
+        }
+    })?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    build(file, &base, &invalid)
+}
+
+/// The 1-based line and column of byte `offset` in `text`.
+fn line_col(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..offset.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let col = before.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
+    (line, col)
+}
+
+fn build(
+    f: PipelineFile,
+    base: &Path,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Pipeline, PipelineError> {
+    let rel = |p: &Path| base.join(p);
+    if f.name.is_empty() || !f.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+        return Err(invalid("name", format!("`{}`: use letters, digits, `-` and `_`", f.name)));
+    }
+    let name = f.name;
+    let stage = |key: &str, s: StageFile| -> Result<StageSpec, PipelineError> {
+        if s.parallelism.is_some() && key != "parse" {
+            return Err(invalid(&format!("{key}.parallelism"), "only [parse] runs in parallel; remove it".into()));
+        }
+        let config_json =
+            serde_json::to_string(&s.config).map_err(|e| invalid(&format!("{key}.config"), e.to_string()))?;
+        let mut limits = Limits::default();
+        if let Some(t) = s.limits.call_timeout {
+            if t.0.is_zero() {
+                return Err(invalid(&format!("{key}.limits.call_timeout"), "must be more than zero".into()));
+            }
+            limits.call_timeout = t.0;
+        }
+        if let Some(mb) = s.limits.max_memory_mb {
+            if !(1..=65_536).contains(&mb) {
+                return Err(invalid(&format!("{key}.limits.max_memory_mb"), format!("{mb}: allowed 1 to 65536")));
+            }
+            limits.max_memory = (mb as usize) << 20;
+        }
+        if let Some(mb) = s.limits.max_output_mb {
+            if !(1..=4_096).contains(&mb) {
+                return Err(invalid(&format!("{key}.limits.max_output_mb"), format!("{mb}: allowed 1 to 4096")));
+            }
+            limits.max_output = (mb as usize) << 20;
+        }
+        if let Some(n) = s.limits.recycle_after_calls {
+            if n == 0 {
+                return Err(invalid(&format!("{key}.limits.recycle_after_calls"), "must be at least 1".into()));
+            }
+            limits.recycle_after_calls = n;
+        }
+        if let Some(f) = s.limits.fuel {
+            if f == 0 {
+                return Err(invalid(&format!("{key}.limits.fuel"), "must be at least 1".into()));
+            }
+            limits.fuel = Some(f);
+        }
+        let g = s.grants;
+        let grants = Grants {
+            dirs: g
+                .dirs
+                .into_iter()
+                .map(|d| DirGrant { host: rel(&d.host), guest: d.guest, writable: d.writable })
+                .collect(),
+            env: g.env,
+            clocks: g.clocks,
+            random: g.random,
+            network: g.network,
+            http: g.http,
+        };
+        grants.validate().map_err(|b| invalid(&format!("{key}.grants.{}", b.key), b.message))?;
+        Ok(StageSpec {
+            name: format!("{name}/{key} ({})", s.plugin.file_name().map_or("?".into(), |f| f.to_string_lossy())),
+            component: rel(&s.plugin),
+            config_json,
+            grants,
+            limits,
+        })
+    };
+
+    let (kind, max_offsets_per_trigger) = match f.source {
+        SourceFile::Replay { path, format, max_offsets_per_trigger } => {
+            (SourceKind::Replay { path: rel(&path), format }, max_offsets_per_trigger)
+        }
+        SourceFile::Kafka {
+            topics,
+            partitions,
+            starting_offsets,
+            starting_timestamp,
+            max_offsets_per_trigger,
+            kafka,
+        } => {
+            let options = kafka_options("source.kafka", kafka, invalid)?;
+            if topics.is_empty() || topics.iter().any(String::is_empty) {
+                return Err(invalid("source.topics", "name at least one topic, e.g. topics = [\"orders\"]".into()));
+            }
+            let partitions = match partitions {
+                None => None,
+                Some(list) => Some(
+                    list.iter()
+                        .map(|tp| {
+                            let parsed = tp.rsplit_once(':').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?)));
+                            match parsed {
+                                Some((t, p)) if topics.contains(&t) => Ok((t, p)),
+                                _ => Err(invalid(
+                                    "source.partitions",
+                                    format!("`{tp}`: write \"topic:partition\" with a topic from source.topics"),
+                                )),
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            let starting = match (starting_timestamp, starting_offsets) {
+                (Some(ms), _) => StartingOffsets::Timestamp(ms),
+                (None, StartingFile::Earliest) => StartingOffsets::Earliest,
+                (None, StartingFile::Latest) => StartingOffsets::Latest,
+            };
+            let group_id = option(&options, "group.id").unwrap_or_else(|| format!("weir-{}", name));
+            (
+                SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }),
+                max_offsets_per_trigger,
+            )
+        }
+    };
+    if max_offsets_per_trigger == Some(0) {
+        return Err(invalid("source.max_offsets_per_trigger", "must be at least 1".into()));
+    }
+    let source = SourceConfig {
+        kind,
+        max_offsets_per_trigger: max_offsets_per_trigger.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER),
+    };
+
+    let trigger = match (f.trigger.mode, f.trigger.interval) {
+        (TriggerMode::ProcessingTime, interval) => {
+            Trigger::ProcessingTime { interval: interval.map_or(Duration::ZERO, |d| d.0) }
+        }
+        (TriggerMode::Continuous, interval) => {
+            Trigger::Continuous { checkpoint_interval: interval.map_or(Duration::from_secs(1), |d| d.0) }
+        }
+        (TriggerMode::Once, None) => Trigger::Once,
+        (TriggerMode::AvailableNow, None) => Trigger::AvailableNow,
+        (_, Some(_)) => {
+            return Err(invalid(
+                "trigger.interval",
+                "only for mode = \"processing-time\" or \"continuous\"; remove it".into(),
+            ));
+        }
+    };
+
+    let parse_parallelism = f.parse.parallelism.unwrap_or(1);
+    if !(1..=64).contains(&parse_parallelism) {
+        return Err(invalid("parse.parallelism", format!("{parse_parallelism}: allowed 1 to 64")));
+    }
+    let parse = stage("parse", f.parse)?;
+    let transforms = f
+        .transform
+        .into_iter()
+        .enumerate()
+        .map(|(i, t)| stage(&format!("transform[{i}]"), t))
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let windowed = match (f.window, f.aggregate, f.watermark) {
+        (None, None, None) => {
+            if f.output.mode != OutputMode::Append {
+                return Err(invalid("output.mode", "only `append` applies to a pipeline without [window]".into()));
+            }
+            None
+        }
+        (Some(w), Some(a), Some(wm)) => {
+            let window = window_spec(w, invalid)?;
+            let late_path = match (wm.late, wm.late_path) {
+                (LatePolicy::Drop, Some(_)) => {
+                    return Err(invalid("watermark.late_path", "only with late = \"side-output\"".into()));
+                }
+                (_, p) => p.map(|p| rel(&p)),
+            };
+            let time = EventTime {
+                delay_ms: wm.delay.millis(),
+                idle_timeout: wm.idle_timeout.map(|d| d.0),
+                allowed_lateness_ms: wm.allowed_lateness.map_or(0, Dur::millis),
+                late: wm.late,
+                late_path,
+                flush_at_end: wm.flush_at_end,
+            };
+            Some(Windowed { window, aggregate: stage("aggregate", a)?, time, output: f.output.mode })
+        }
+        (None, Some(_), _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
+        (Some(_), None, _) => return Err(invalid("aggregate", "[window] needs an [aggregate] table".into())),
+        (Some(_), Some(_), None) => {
+            return Err(invalid(
+                "watermark",
+                "a windowed pipeline needs [watermark] with a delay, e.g. delay = \"10 minutes\"".into(),
+            ));
+        }
+        (None, None, Some(_)) => {
+            return Err(invalid("watermark", "only meaningful with [window] and [aggregate]".into()));
+        }
+    };
+
+    if matches!(trigger, Trigger::Continuous { .. }) && windowed.is_some() {
+        return Err(invalid(
+            "trigger.mode",
+            "\"continuous\" runs stateless pipelines (parse, transform, sink); a windowed pipeline needs \
+             \"processing-time\", \"once\" or \"available-now\""
+                .into(),
+        ));
+    }
+    let sink = match f.sink {
+        None => None,
+        Some(s) => Some(sink_config(s, &name, matches!(trigger, Trigger::Continuous { .. }), &stage, invalid)?),
+    };
+
+    Ok(Pipeline {
+        name: name.clone(),
+        source,
+        trigger,
+        parse,
+        parse_parallelism,
+        transforms,
+        windowed,
+        sink,
+        checkpoint: f.checkpoint.map(|c| rel(&c.location)),
+        dead_letter: f.dead_letter.map(|d| rel(&d.path)),
+        failure: FailurePolicy {
+            fail_fast: f.failure.policy == FailureMode::FailFast,
+            retries: f.failure.retries.unwrap_or(FailurePolicy::default().retries),
+            backoff: f.failure.backoff.map_or(FailurePolicy::default().backoff, |d| d.0),
+        },
+    })
+}
+
+fn sink_config(
+    s: SinkFile,
+    name: &str,
+    continuous: bool,
+    stage: &dyn Fn(&str, StageFile) -> Result<StageSpec, PipelineError>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SinkConfig, PipelineError> {
+    let not_for = |key: &str, present: bool, kind: &str| {
+        if present {
+            Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it")))
+        } else {
+            Ok(())
+        }
+    };
+    match s.kind {
+        SinkKindFile::Wasm => {
+            not_for("topic", s.topic.is_some(), "Wasm")?;
+            not_for("kafka", s.kafka.is_some(), "Wasm")?;
+            not_for("transactional", s.transactional.is_some(), "Wasm")?;
+            let plugin = s.plugin.ok_or_else(|| {
+                invalid(
+                    "sink.plugin",
+                    "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into(),
+                )
+            })?;
+            let file = StageFile { plugin, parallelism: None, config: s.config, grants: s.grants, limits: s.limits };
+            Ok(SinkConfig::Wasm(stage("sink", file)?))
+        }
+        SinkKindFile::Kafka => {
+            not_for("plugin", s.plugin.is_some(), "Kafka")?;
+            not_for("config", !s.config.is_empty(), "Kafka")?;
+            let g = &s.grants;
+            let granted = !g.dirs.is_empty()
+                || !g.env.is_empty()
+                || g.clocks
+                || g.random
+                || !g.network.is_empty()
+                || !g.http.is_empty();
+            not_for("grants", granted, "Kafka")?;
+            let topic = s
+                .topic
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| invalid("sink.topic", "the topic to write to, e.g. topic = \"alerts\"".into()))?;
+            let options = kafka_options("sink.kafka", s.kafka.unwrap_or_default(), invalid)?;
+            let transactional_id = option(&options, "transactional.id").unwrap_or_else(|| format!("weir-{name}"));
+            if continuous && s.transactional == Some(true) {
+                return Err(invalid(
+                    "sink.transactional",
+                    "continuous mode is at-least-once and delivers without transactions; remove it".into(),
+                ));
+            }
+            Ok(SinkConfig::Kafka(KafkaSinkConfig {
+                topic,
+                options,
+                transactional: s.transactional.unwrap_or(!continuous),
+                transactional_id,
+            }))
+        }
+    }
+}
+
+/// `kafka.*` keys, flattened back to librdkafka's dotted names (`kafka.bootstrap.servers`
+/// parses as nested tables). `bootstrap.servers` is required.
+fn kafka_options(
+    key: &str,
+    table: toml::Table,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Vec<(String, String)>, PipelineError> {
+    fn flatten(prefix: &str, t: toml::Table, out: &mut Vec<(String, String)>) -> Result<(), String> {
+        for (k, v) in t {
+            let name = if prefix.is_empty() { k } else { format!("{prefix}.{k}") };
+            match v {
+                toml::Value::Table(t) => flatten(&name, t, out)?,
+                toml::Value::String(s) => out.push((name, s)),
+                toml::Value::Integer(i) => out.push((name, i.to_string())),
+                toml::Value::Boolean(b) => out.push((name, b.to_string())),
+                toml::Value::Float(f) => out.push((name, f.to_string())),
+                _ => return Err(format!("`{name}`: give librdkafka options as strings, numbers or booleans")),
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    flatten("", table, &mut out).map_err(|m| invalid(key, m))?;
+    if option(&out, "bootstrap.servers").is_none() {
+        return Err(invalid(
+            &format!("{key}.bootstrap.servers"),
+            format!("required: the brokers to connect to, e.g. {key}.bootstrap.servers = \"127.0.0.1:9092\""),
+        ));
+    }
+    Ok(out)
+}
+
+fn option(options: &[(String, String)], name: &str) -> Option<String> {
+    options.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
+}
+
+fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -> Result<WindowSpec, PipelineError> {
+    let positive = |key: &str, d: Option<Dur>, example: &str| match d {
+        Some(d) if !d.0.is_zero() => Ok(d.millis()),
+        Some(_) => Err(invalid(key, "must be more than zero".into())),
+        None => Err(invalid(key, format!("required for this window type, e.g. {example}"))),
+    };
+    let unused = |key: &str, d: Option<Dur>, kind: &str| match d {
+        Some(_) => Err(invalid(key, format!("does not apply to a {kind} window; remove it"))),
+        None => Ok(()),
+    };
+    let offset = w.offset.map_or(0, Dur::millis);
+    match w.kind {
+        WindowKind::Tumbling => {
+            unused("window.slide", w.slide, "tumbling")?;
+            unused("window.gap", w.gap, "tumbling")?;
+            let size = positive("window.size", w.size, "size = \"1 minute\"")?;
+            Ok(WindowSpec::sliding(size, size, offset))
+        }
+        WindowKind::Sliding => {
+            unused("window.gap", w.gap, "sliding")?;
+            let size = positive("window.size", w.size, "size = \"10 minutes\"")?;
+            let slide = positive("window.slide", w.slide, "slide = \"1 minute\"")?;
+            if slide > size || size % slide != 0 {
+                return Err(invalid("window.slide", format!("must divide window.size ({size} ms); got {slide} ms")));
+            }
+            Ok(WindowSpec::sliding(size, slide, offset))
+        }
+        WindowKind::Session => {
+            unused("window.size", w.size, "session")?;
+            unused("window.slide", w.slide, "session")?;
+            unused("window.offset", w.offset, "session")?;
+            Ok(WindowSpec::Session { gap: positive("window.gap", w.gap, "gap = \"5 minutes\"")? })
+        }
+    }
+}
