@@ -92,62 +92,33 @@ mod tests {
 
     const QUICK: Retry = Retry { retries: Some(2), first_wait: Duration::ZERO, max_wait: Duration::ZERO };
 
+    /// A call that fails its first `failures` times, numbering its errors.
+    fn failing(failures: u32) -> impl FnMut() -> Result<u32, String> {
+        let mut calls = 0;
+        move || {
+            calls += 1;
+            if calls <= failures { Err(format!("fail {calls}")) } else { Ok(calls) }
+        }
+    }
+
     #[test]
     fn retries_up_to_the_limit_then_gives_up_with_the_last_error() {
         let stop = AtomicBool::new(false);
-        let mut calls = 0;
-        let r: Result<(), _> = QUICK.run(
-            &stop,
-            "t",
-            || {
-                Err::<(), _>(format!("fail {}", {
-                    calls += 1;
-                    calls
-                }))
-            },
-            |_| true,
-        );
+        let r = QUICK.run(&stop, "t", failing(10), |_| true);
         assert!(matches!(r, Err(GaveUp::Failed(e)) if e == "fail 3"));
-        let mut calls = 0;
-        let r = QUICK.run(
-            &stop,
-            "t",
-            || {
-                if {
-                    calls += 1;
-                    calls
-                } < 3
-                {
-                    Err("no")
-                } else {
-                    Ok(calls)
-                }
-            },
-            |_| true,
-        );
-        assert!(matches!(r, Ok(3)));
+        assert!(matches!(QUICK.run(&stop, "t", failing(2), |_| true), Ok(3)));
     }
 
     #[test]
     fn an_error_that_is_not_retriable_or_a_stop_ends_it_at_once() {
         let stop = AtomicBool::new(false);
-        let mut calls = 0;
-        let r: Result<(), _> = QUICK.run(
-            &stop,
-            "t",
-            || {
-                calls += 1;
-                Err("fatal")
-            },
-            |_| false,
-        );
-        assert!(matches!(r, Err(GaveUp::Failed("fatal"))));
-        assert_eq!(calls, 1);
+        let r = QUICK.run(&stop, "t", failing(10), |_| false);
+        assert!(matches!(r, Err(GaveUp::Failed(e)) if e == "fail 1"));
         stop.store(true, Ordering::Relaxed);
         let forever =
             Retry { retries: None, first_wait: Duration::from_secs(3600), max_wait: Duration::from_secs(3600) };
-        let r: Result<(), _> = forever.run(&stop, "t", || Err("down"), |_| true);
-        assert!(matches!(r, Err(GaveUp::Stopped("down"))));
+        let r = forever.run(&stop, "t", failing(u32::MAX), |_| true);
+        assert!(matches!(r, Err(GaveUp::Stopped(e)) if e == "fail 1"));
         assert!(sleep_unless(&stop, Duration::from_secs(3600)));
     }
 }

@@ -29,17 +29,17 @@ use std::time::Instant;
 
 pub(crate) use stages::{Output, Stages, sink};
 
-use crate::checkpoint::{CheckpointDir, CheckpointError, Metadata, Syncs};
-use crate::ingest::{Ingest, IngestError};
+use crate::checkpoint::{CheckpointDir, CheckpointError, Syncs};
+use crate::ingest::IngestError;
 use crate::kafka::KafkaError;
 use crate::operator::{Operator, OperatorError};
-use crate::pipeline::{FailurePolicy, LatePolicy, Pipeline, Trigger};
+use crate::pipeline::{FailurePolicy, Pipeline, Trigger};
 use crate::plugin::metrics::Snapshot;
 use crate::plugin::{PluginError, Runtime, TransformFns};
 use crate::progress::{Progress, Summary};
-use crate::side_output::{DeadLetters, LateEvents, SideOutput, SideOutputError};
+use crate::side_output::{DeadLetters, LateEvents, SideOutputError};
 use crate::sink::{RowSink, SinkError};
-use crate::source::{Source, SourceError};
+use crate::source::SourceError;
 use crate::state::{StateError, StateStore};
 use crate::watermark::{self, Watermark};
 
@@ -146,77 +146,10 @@ struct Run {
 
 /// Runs `pipeline` with `stages` until its input ends (bounded triggers) or `opts.stop` is
 /// raised, and returns the totals.
-///
-/// Start-up order matters: the checkpoint is locked and checked, the state and the source are
-/// opened, and only then, once nothing can fail on what the user wrote, is the checkpoint
-/// claimed; a run that fails to start leaves no metadata that would refuse the fixed pipeline.
 pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
     let _running = stages.runtime.as_ref().map(|r| r.enter_pipeline());
-    let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;
-    let fingerprint = recovery::fingerprint(pipeline);
-    let identity = checkpoint.check(found.as_ref(), &pipeline.name, &fingerprint)?;
-    let mut state = StateStore::open(&checkpoint.state_dir())?;
-    if !opts.fsync {
-        (checkpoint, state) = (checkpoint.without_fsync(), state.without_fsync());
-    }
-    let recovered = recovery::recover(&checkpoint, &state)?;
-    let Stages { parsers, transforms, mut operator, sink, runtime } = stages;
-    let state_version =
-        recovery::open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name)?;
-    let restored = recovered.meta.as_ref();
-
-    let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
-    let streams = source.stream_names();
-    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
-    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
-    let dead = SideOutput::open(&dead_path, restored.map_or(0, |m| m.dead_letters_len))?;
-    let time = pipeline.windowed.as_ref().map(|w| &w.time);
-    let late = match time {
-        Some(t) if t.late == LatePolicy::SideOutput => {
-            let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
-            Some(SideOutput::open(&path, restored.map_or(0, |m| m.late_len))?)
-        }
-        _ => None,
-    };
-    let watermark = time.map(|t| {
-        let mut w = Watermark::new(t.delay_ms, t.idle_timeout);
-        if let Some(m) = restored {
-            w.restore(&m.watermark, Instant::now());
-        }
-        w
-    });
-    let flushes = match opts.flush {
-        Flush::Always => true,
-        Flush::AsConfigured { default } => time.and_then(|t| t.flush_at_end).unwrap_or(default),
-    };
-
-    checkpoint
-        .claim(found.as_ref(), &Metadata { id: identity.clone(), pipeline: pipeline.name.clone(), fingerprint })?;
-    let mut ingest = Ingest { source, failure: pipeline.failure, stop: opts.stop.clone(), parsers };
-    let mut run = Run {
-        name: pipeline.name.clone(),
-        identity,
-        checkpoint,
-        state,
-        syncs: Syncs::default(),
-        failure: pipeline.failure,
-        stop: opts.stop.clone(),
-        transforms,
-        operator,
-        state_version,
-        time: watermark,
-        flushed_to: restored.and_then(|m| m.flushed_to),
-        flushes,
-        sink,
-        dead: DeadLetters::new(dead, streams.clone()),
-        late: late.map(|l| LateEvents::new(l, streams)),
-        runtime,
-    };
-    if restored.is_some() {
-        let again = if recovered.rerun.is_some() { " (re-running its last planned batch)" } else { "" };
-        tracing::info!(batch = recovered.next_batch, "resuming {} from its checkpoint{again}", pipeline.name);
-    }
+    let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &opts)?;
     let mut progress = opts.progress;
     let (mut batch_id, mut rerun) = (recovered.next_batch, recovered.rerun);
     let result = match pipeline.trigger {

@@ -5,12 +5,23 @@
 //!
 //! The state commit is the point of no return: a crash after it and before the commits log
 //! entry leaves only that entry to write, which recovery does.
+//!
+//! Start-up order matters: the checkpoint is locked and checked, the state, the operator, the
+//! source and the side outputs are opened, and only then, once nothing can fail on what the user
+//! wrote, is the checkpoint claimed. A run that fails to start leaves no metadata that would
+//! refuse the fixed pipeline.
 
-use super::RunError;
-use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Planned, StateMeta, Syncs, now_ms};
+use std::time::Instant;
+
+use super::{Flush, Run, RunError, RunOptions, Stages};
+use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Planned, StateMeta, Syncs, now_ms};
+use crate::ingest::Ingest;
 use crate::operator::Operator;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{LatePolicy, Pipeline};
+use crate::side_output::{DeadLetters, LateEvents, SideOutput};
+use crate::source::Source;
 use crate::state::StateStore;
+use crate::watermark::Watermark;
 
 pub(super) struct Recovered {
     /// The record of the last committed batch (`None`: nothing committed yet).
@@ -27,7 +38,80 @@ pub(super) fn fingerprint(p: &Pipeline) -> String {
     format!("source={} window={}", p.source.kind.identity(), window.unwrap_or_else(|| "none".into()))
 }
 
-pub(super) fn recover(checkpoint: &CheckpointDir, state: &StateStore) -> Result<Recovered, RunError> {
+/// Opens everything a run needs, from the checkpoint on; returns the run, its source and
+/// parsers, and where recovery found it stands.
+pub(super) fn start(
+    pipeline: &Pipeline,
+    stages: Stages,
+    opts: &RunOptions,
+) -> Result<(Run, Ingest, Recovered), RunError> {
+    let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;
+    let fingerprint = fingerprint(pipeline);
+    let identity = checkpoint.check(found.as_ref(), &pipeline.name, &fingerprint)?;
+    let mut state = StateStore::open(&checkpoint.state_dir())?;
+    if !opts.fsync {
+        (checkpoint, state) = (checkpoint.without_fsync(), state.without_fsync());
+    }
+    let recovered = recover(&checkpoint, &state)?;
+    let Stages { parsers, transforms, mut operator, sink, runtime } = stages;
+    let state_version = open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name)?;
+    let restored = recovered.meta.as_ref();
+
+    let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
+    let streams = source.stream_names();
+    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
+    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
+    let dead = SideOutput::open(&dead_path, restored.map_or(0, |m| m.dead_letters_len))?;
+    let time = pipeline.windowed.as_ref().map(|w| &w.time);
+    let late = match time {
+        Some(t) if t.late == LatePolicy::SideOutput => {
+            let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
+            Some(SideOutput::open(&path, restored.map_or(0, |m| m.late_len))?)
+        }
+        _ => None,
+    };
+    let watermark = time.map(|t| {
+        let mut w = Watermark::new(t.delay_ms, t.idle_timeout);
+        if let Some(m) = restored {
+            w.restore(&m.watermark, Instant::now());
+        }
+        w
+    });
+    let flushes = match opts.flush {
+        Flush::Always => true,
+        Flush::AsConfigured { default } => time.and_then(|t| t.flush_at_end).unwrap_or(default),
+    };
+
+    checkpoint
+        .claim(found.as_ref(), &Metadata { id: identity.clone(), pipeline: pipeline.name.clone(), fingerprint })?;
+    let ingest = Ingest { source, failure: pipeline.failure, stop: opts.stop.clone(), parsers };
+    let run = Run {
+        name: pipeline.name.clone(),
+        identity,
+        checkpoint,
+        state,
+        syncs: Syncs::default(),
+        failure: pipeline.failure,
+        stop: opts.stop.clone(),
+        transforms,
+        operator,
+        state_version,
+        time: watermark,
+        flushed_to: restored.and_then(|m| m.flushed_to),
+        flushes,
+        sink,
+        dead: DeadLetters::new(dead, streams.clone()),
+        late: late.map(|l| LateEvents::new(l, streams)),
+        runtime,
+    };
+    if restored.is_some() {
+        let again = if recovered.rerun.is_some() { " (re-running its last planned batch)" } else { "" };
+        tracing::info!(batch = recovered.next_batch, "resuming {} from its checkpoint{again}", pipeline.name);
+    }
+    Ok((run, ingest, recovered))
+}
+
+fn recover(checkpoint: &CheckpointDir, state: &StateStore) -> Result<Recovered, RunError> {
     let meta: Option<StateMeta> = match state.meta()? {
         None => None,
         Some(bytes) => Some(serde_json::from_slice(&bytes).map_err(|e| {

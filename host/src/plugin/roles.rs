@@ -103,22 +103,13 @@ fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Re
     Ok(())
 }
 
-/// A parser stage.
-pub(crate) struct Parser(Sandbox<ParserRole>);
-
-impl Parser {
-    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
-        Sandbox::new(runtime, spec).map(Self)
-    }
-
-    pub(crate) fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
-        self.0.recycle_if_due();
-        let out = self.0.call(|g, s| g.call_parse(s, input))?;
-        check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
-        check_output(self.0.stage(), &out, input.value_ends.len())?;
-        count(&self.0, input.value_ends.len(), &out);
-        Ok(out)
-    }
+/// Checks and counts what a record-by-record stage (parse, transform) returned for `inputs`
+/// items.
+fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, out: BatchOutput) -> Result<BatchOutput, PluginError> {
+    check_size(sandbox, out.events.rows.len() + out.events.keys.len())?;
+    check_output(sandbox.stage(), &out, inputs)?;
+    count(sandbox, inputs, &out);
+    Ok(out)
 }
 
 /// What the engine needs of a parser stage: the Wasm [`Parser`], or a native baseline.
@@ -127,27 +118,20 @@ pub(crate) trait ParseFns: Send {
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError>;
 }
 
-impl ParseFns for Parser {
-    fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
-        Parser::parse(self, input)
-    }
-}
+/// A parser stage.
+pub(crate) struct Parser(Sandbox<ParserRole>);
 
-/// A transformer stage.
-pub(crate) struct Transformer(Sandbox<TransformerRole>);
-
-impl Transformer {
+impl Parser {
     pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
         Sandbox::new(runtime, spec).map(Self)
     }
+}
 
-    pub(crate) fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
+impl ParseFns for Parser {
+    fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
         self.0.recycle_if_due();
-        let out = self.0.call(|g, s| g.call_transform(s, input))?;
-        check_size(&self.0, out.events.rows.len() + out.events.keys.len())?;
-        check_output(self.0.stage(), &out, input.times.len())?;
-        count(&self.0, input.times.len(), &out);
-        Ok(out)
+        let out = self.0.call(|g, s| g.call_parse(s, input))?;
+        accept(&self.0, input.value_ends.len(), out)
     }
 }
 
@@ -157,9 +141,20 @@ pub(crate) trait TransformFns: Send {
     fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError>;
 }
 
+/// A transformer stage.
+pub(crate) struct Transformer(Sandbox<TransformerRole>);
+
+impl Transformer {
+    pub(crate) fn new(runtime: &Runtime, spec: StageSpec) -> Result<Self, PluginError> {
+        Sandbox::new(runtime, spec).map(Self)
+    }
+}
+
 impl TransformFns for Transformer {
     fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError> {
-        Transformer::transform(self, input)
+        self.0.recycle_if_due();
+        let out = self.0.call(|g, s| g.call_transform(s, input))?;
+        accept(&self.0, input.times.len(), out)
     }
 }
 
