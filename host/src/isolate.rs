@@ -14,7 +14,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::columns;
-use crate::operator::OperatorError;
+use crate::operator::{OperatorError, Processed};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
 
@@ -85,13 +85,14 @@ impl StageOutput for BatchOutput {
     }
 }
 
-/// Operators: the indices of late events.
-impl StageOutput for Vec<u32> {
+/// Operators: the events set aside.
+impl StageOutput for Processed {
     fn empty() -> Self {
-        Vec::new()
+        Processed::default()
     }
     fn append(&mut self, o: Self, offset: u32) {
-        self.extend(o.into_iter().map(|i| i + offset));
+        self.late.extend(o.late.into_iter().map(|i| i + offset));
+        self.invalid.extend(o.invalid.into_iter().map(|(i, why)| (i + offset, why)));
     }
 }
 

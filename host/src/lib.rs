@@ -17,6 +17,7 @@ mod columns;
 mod driver;
 mod ingest;
 mod isolate;
+mod json;
 mod kafka;
 mod native;
 mod operator;

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 
 use serde::Deserialize;
 
+use crate::aggregate::Policy;
 use crate::columns;
 use crate::driver::{self, RunError, Stages};
 use crate::pipeline::Pipeline;
@@ -45,7 +46,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
             .map(|_| Box::new(Orders { key_by_user: config.key_by_user }) as Box<dyn ParseFns>)
             .collect(),
         transforms: Vec::new(),
-        operator: crate::aggregate::operator(w, Box::new(ErrorRate)),
+        operator: crate::aggregate::operator(w, Box::new(ErrorRate), Policy { failure: p.failure, stop: stop.clone() }),
         sink: driver::sink(p, output, None, stop)?,
         runtime: None,
     })
@@ -68,7 +69,13 @@ impl ParseFns for Orders {
         let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
         let e = &mut out.events;
         for (i, value) in columns::items(&input.values, &input.value_ends).enumerate() {
-            // As the SDK's `Record::json`: the whole value checked to be UTF-8, then decoded.
+            // As the plugin: only an object; then as the SDK's `Record::json`: the whole value
+            // checked to be UTF-8, then decoded.
+            if value.trim_ascii_start().first() != Some(&b'{') {
+                let message = "an order is a JSON object".to_string();
+                out.errors.push(RecordError { index: i as u32, kind: RecordErrorKind::Malformed, message });
+                continue;
+            }
             let order = std::str::from_utf8(value)
                 .map_err(|e| e.to_string())
                 .and_then(|text| serde_json::from_str::<Order>(text).map_err(|e| e.to_string()));

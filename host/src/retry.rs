@@ -59,11 +59,11 @@ impl Retry {
                     if stop.load(Ordering::Relaxed) {
                         return Err(GaveUp::Stopped(e));
                     }
-                    tracing::warn!("{what}: {e}; trying again in {wait:?}");
+                    tracing::warn!("{what}: {e}; retrying in {wait:?}");
                     if sleep_unless(stop, wait) {
                         return Err(GaveUp::Stopped(e));
                     }
-                    wait = (wait * 2).min(self.max_wait);
+                    wait = wait.saturating_mul(2).min(self.max_wait);
                     attempt += 1;
                 }
             }

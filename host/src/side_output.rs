@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::columns;
+use crate::operator::FailedWindow;
 use crate::plugin::{EventBatch, RecordError, RecordErrorKind};
 use crate::source::SourceBatch;
 
@@ -93,6 +94,20 @@ struct DeadLetter<'a> {
     value: String,
 }
 
+/// A window the aggregator failed on, or whose row it may not emit: where it was, and its
+/// accumulators (base64), so nothing of it is lost.
+#[derive(Debug, Serialize)]
+struct WindowDeadLetter<'a> {
+    batch_id: u64,
+    stage: &'a str,
+    kind: &'a str,
+    error: &'a str,
+    window_start: i64,
+    window_end: i64,
+    key: String,
+    accumulators_base64: Vec<String>,
+}
+
 /// One late event.
 #[derive(Debug, Serialize)]
 struct LateEvent<'a> {
@@ -133,6 +148,11 @@ impl Failure {
             RecordErrorKind::InvalidValue => "invalid-value",
         };
         Self { index: e.index as usize, kind, message: e.message.clone() }
+    }
+
+    /// An item the stage cannot take, for `why`.
+    pub(crate) fn invalid(index: usize, why: String) -> Self {
+        Self { index, kind: "invalid-value", message: why }
     }
 
     /// An item the failure policy isolated: the plugin failed on it alone.
@@ -197,6 +217,33 @@ impl DeadLetters {
             n += 1;
         }
         Ok(n)
+    }
+
+    /// Windows the operator could not emit.
+    pub(crate) fn windows(
+        &mut self,
+        batch_id: u64,
+        stage: &str,
+        failed: &[FailedWindow],
+    ) -> Result<usize, SideOutputError> {
+        use base64::Engine as _;
+        for w in failed {
+            self.out.write(&WindowDeadLetter {
+                batch_id,
+                stage,
+                kind: w.kind,
+                error: &w.error,
+                window_start: w.start,
+                window_end: w.end,
+                key: String::from_utf8_lossy(&w.key).into_owned(),
+                accumulators_base64: w
+                    .accs
+                    .iter()
+                    .map(|a| base64::engine::general_purpose::STANDARD.encode(a))
+                    .collect(),
+            })?;
+        }
+        Ok(failed.len())
     }
 
     /// Flushes to the OS; returns the length to record in the checkpoint.

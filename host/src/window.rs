@@ -13,7 +13,8 @@
 /// How events are windowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WindowSpec {
-    /// Windows of `size` every `slide` (tumbling when `slide == size`); `slide` divides `size`.
+    /// Windows of `size` every `slide` (tumbling when `slide == size`); `slide` divides `size`,
+    /// both at least 1 ms (the pipeline validator sees to it).
     Panes { size: i64, slide: i64, offset: i64 },
     /// Per-key sessions closed by `gap` of inactivity.
     Session { gap: i64 },
@@ -34,13 +35,18 @@ pub(crate) struct Panes {
 }
 
 impl Panes {
-    /// Start of the pane holding time `t`.
-    pub(crate) fn pane_of(&self, t: i64) -> i64 {
-        (t - self.offset).div_euclid(self.slide) * self.slide + self.offset
+    /// Start of the pane holding time `t`; `None` when that pane, or a window covering it, would
+    /// start or end outside the timeline (`i64` milliseconds): such an event has no window.
+    pub(crate) fn pane_of(&self, t: i64) -> Option<i64> {
+        let pane =
+            t.checked_sub(self.offset)?.div_euclid(self.slide).checked_mul(self.slide)?.checked_add(self.offset)?;
+        pane.checked_sub(self.size - self.slide)?;
+        pane.checked_add(self.size)?;
+        Some(pane)
     }
 
-    /// End of the last window that covers the pane starting at `pane`. Once that window is
-    /// final, nothing can read the pane again.
+    /// End of the last window that covers the pane starting at `pane` (a pane from
+    /// [`Panes::pane_of`]). Once that window is final, nothing can read the pane again.
     pub(crate) fn last_window_end(&self, pane: i64) -> i64 {
         pane.saturating_add(self.size)
     }
@@ -96,10 +102,10 @@ mod tests {
     #[test]
     fn tumbling_boundaries_are_half_open() {
         let p = panes(WindowSpec::sliding(60_000, 60_000, 0));
-        assert_eq!(p.pane_of(0), 0);
-        assert_eq!(p.pane_of(59_999), 0);
-        assert_eq!(p.pane_of(60_000), 60_000);
-        assert_eq!(p.pane_of(-1), -60_000);
+        assert_eq!(p.pane_of(0), Some(0));
+        assert_eq!(p.pane_of(59_999), Some(0));
+        assert_eq!(p.pane_of(60_000), Some(60_000));
+        assert_eq!(p.pane_of(-1), Some(-60_000));
         assert_eq!(p.windows_of(60_000).collect::<Vec<_>>(), vec![60_000]);
         assert_eq!(p.last_window_end(60_000), 120_000);
         assert!(p.one_pane_per_window());
@@ -108,8 +114,8 @@ mod tests {
     #[test]
     fn offsets_shift_the_alignment() {
         let p = panes(WindowSpec::sliding(60_000, 60_000, 15_000));
-        assert_eq!(p.pane_of(14_999), -45_000);
-        assert_eq!(p.pane_of(15_000), 15_000);
+        assert_eq!(p.pane_of(14_999), Some(-45_000));
+        assert_eq!(p.pane_of(15_000), Some(15_000));
     }
 
     #[test]
@@ -130,13 +136,39 @@ mod tests {
         assert_eq!(merged, vec![(0, 20, vec![0, 1]), (25, 40, vec![2, 3])]);
     }
 
+    /// Near the ends of the timeline an event's pane or windows would not fit: it has none,
+    /// rather than a window at the other end.
+    #[test]
+    fn times_whose_windows_do_not_fit_have_no_pane() {
+        let tumbling = panes(WindowSpec::sliding(60_000, 60_000, 0));
+        assert_eq!(tumbling.pane_of(i64::MIN), None);
+        assert_eq!(tumbling.pane_of(i64::MAX), None);
+        assert!(tumbling.pane_of(i64::MAX - 120_000).is_some());
+        let sliding = panes(WindowSpec::sliding(600_000, 60_000, 30_000));
+        assert_eq!(sliding.pane_of(i64::MIN + 100_000), None, "an earlier window would start before i64::MIN");
+    }
+
     proptest! {
+        /// Any time and window: a pane, with every window covering it inside the timeline, or
+        /// none; never a panic or a wrap-around.
+        #[test]
+        fn a_pane_is_found_or_refused_for_any_time(t in any::<i64>(), k in 1i64..1_000, slide in 1i64..i64::MAX / 1_000, offset in 0i64..1_000_000) {
+            let p = panes(WindowSpec::sliding(slide * k, slide, offset));
+            if let Some(pane) = p.pane_of(t) {
+                prop_assert!(pane <= t && t - pane < slide);
+                for s in p.windows_of(pane) {
+                    prop_assert!(s <= t && (t as i128) < s as i128 + p.size as i128);
+                }
+            }
+        }
+
+
         /// Every window a pane belongs to contains the pane, and a time's window set is exactly
         /// the windows `[s, s+size)` with `s <= t < s+size` on the slide grid.
         #[test]
         fn sliding_assignment_matches_the_definition(t in -10_000_000i64..10_000_000, k in 1i64..8, slide in 1i64..5_000, offset in 0i64..5_000) {
             let p = panes(WindowSpec::sliding(slide * k, slide, offset));
-            let pane = p.pane_of(t);
+            let pane = p.pane_of(t).unwrap();
             prop_assert!(pane <= t && t < pane + slide);
             let ws: Vec<i64> = p.windows_of(pane).collect();
             prop_assert_eq!(ws.len() as i64, k);

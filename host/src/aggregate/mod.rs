@@ -1,31 +1,34 @@
 //! Windowed aggregation: accumulate a batch's events into per-(window, key) accumulators held in
 //! the state store, and emit a row per window when the output mode says it leaves. One operator
 //! per window kind, each a file: `panes.rs` (tumbling and sliding windows) and `sessions.rs`.
-//! What they share lives here: grouping events by index for `accumulate`, the lateness bound,
-//! finishing windows into rows, and migrating accumulators between plugin state versions.
+//! What they share lives here (grouping events by index for `accumulate`, the lateness bound,
+//! migrating accumulators between plugin state versions) and in `emit.rs` (the `merge` and
+//! `finish` calls when windows leave, under the failure policy).
 //!
 //! Both call the aggregator once per batch for all groups, never per event or per window, and
 //! never copy a row to group it.
 
+mod emit;
 mod panes;
 mod sessions;
 
-use crate::columns;
+pub(crate) use emit::Policy;
+
 use crate::operator::{Opened, Operator, OperatorError};
 use crate::pipeline::Windowed;
 use crate::plugin::AggregateFns;
-use crate::sink::Rows;
 use crate::state::StateStore;
 use crate::window::WindowSpec;
 
 /// The operator for a windowed aggregation, over `agg` (the Wasm aggregator, or a native one).
-pub(crate) fn operator(w: &Windowed, agg: Box<dyn AggregateFns>) -> Box<dyn Operator> {
+pub(crate) fn operator(w: &Windowed, agg: Box<dyn AggregateFns>, policy: Policy) -> Box<dyn Operator> {
     let lateness = w.time.allowed_lateness_ms;
     match w.window {
         WindowSpec::Panes { size, slide, offset } => {
-            Box::new(panes::PaneOperator::new(crate::window::Panes { size, slide, offset }, lateness, w.output, agg))
+            let panes = crate::window::Panes { size, slide, offset };
+            Box::new(panes::PaneOperator::new(panes, lateness, w.output, agg, policy))
         }
-        WindowSpec::Session { gap } => Box::new(sessions::SessionOperator::new(gap, lateness, w.output, agg)),
+        WindowSpec::Session { gap } => Box::new(sessions::SessionOperator::new(gap, lateness, w.output, agg, policy)),
     }
 }
 
@@ -75,45 +78,6 @@ fn bound(watermark: i64, lateness: i64) -> i64 {
 /// The watermark that makes a window ending at `end` final: the inverse of [`bound`].
 fn final_at(end: i64, lateness: i64) -> i64 {
     end.saturating_add(lateness)
-}
-
-/// Finishes `windows` (one `finish` call for all) and appends their rows to `out`, each with
-/// its window (and key) spliced in front of the plugin's own fields; returns how many rows.
-fn finish(windows: &[WindowAcc], agg: &mut dyn AggregateFns, out: &mut Rows) -> Result<usize, OperatorError> {
-    if windows.is_empty() {
-        return Ok(0);
-    }
-    let accs: Vec<Vec<u8>> = windows.iter().map(|w| w.acc.clone()).collect();
-    let rows = agg.finish(&accs)?;
-    let mut added = 0;
-    for (w, row) in windows.iter().zip(rows) {
-        if row.is_empty() {
-            continue; // the plugin chose not to emit this window
-        }
-        let body = object_body(&row)
-            .map_err(|message| OperatorError::NotAnObject { stage: agg.stage().to_string(), message })?;
-        let mut line = format!("{{\"window_start\":{},\"window_end\":{}", w.start, w.end).into_bytes();
-        if !w.key.is_empty() {
-            line.extend_from_slice(b",\"key\":");
-            let key = serde_json::to_vec(&String::from_utf8_lossy(&w.key)).unwrap_or_else(|_| b"\"\"".to_vec());
-            line.extend_from_slice(&key);
-        }
-        if !body.is_empty() {
-            line.push(b',');
-            line.extend_from_slice(body);
-        }
-        line.push(b'}');
-        columns::push(&mut out.rows, &mut out.row_ends, &line);
-        added += 1;
-    }
-    Ok(added)
-}
-
-/// The inside of a JSON object (between its braces, trimmed), after checking it is one.
-fn object_body(row: &[u8]) -> Result<&[u8], String> {
-    serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(row).map_err(|e| e.to_string())?;
-    let s = row.trim_ascii();
-    Ok(s[1..s.len() - 1].trim_ascii())
 }
 
 /// Opens an aggregation's state: asks the plugin build for its state version and, when the

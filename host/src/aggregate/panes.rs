@@ -9,9 +9,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use rustc_hash::FxHashMap;
 
-use super::{WindowAcc, bound, final_at, finish, group_members, open_accumulators, same};
+use super::emit::{self, Policy};
+use super::{WindowAcc, bound, final_at, group_members, open_accumulators, same};
 use crate::columns;
-use crate::operator::{Opened, Operator, OperatorError};
+use crate::operator::{Advanced, Opened, Operator, OperatorError, Processed};
 use crate::pipeline::OutputMode;
 use crate::plugin::{AggregateFns, EventBatch};
 use crate::sink::Rows;
@@ -25,13 +26,20 @@ pub(super) struct PaneOperator {
     lateness: i64,
     mode: OutputMode,
     agg: Box<dyn AggregateFns>,
+    policy: Policy,
     /// (pane, key) changed in the current batch, for update mode.
     changed: Vec<(i64, Vec<u8>)>,
 }
 
 impl PaneOperator {
-    pub(super) fn new(panes: Panes, lateness: i64, mode: OutputMode, agg: Box<dyn AggregateFns>) -> Self {
-        Self { panes, lateness, mode, agg, changed: Vec::new() }
+    pub(super) fn new(
+        panes: Panes,
+        lateness: i64,
+        mode: OutputMode,
+        agg: Box<dyn AggregateFns>,
+        policy: Policy,
+    ) -> Self {
+        Self { panes, lateness, mode, agg, policy, changed: Vec::new() }
     }
 }
 
@@ -77,9 +85,9 @@ impl Operator for PaneOperator {
         watermark: i64,
         state: &mut StateStore,
         _out: &mut Rows,
-    ) -> Result<Vec<u32>, OperatorError> {
+    ) -> Result<Processed, OperatorError> {
         let closed_before = bound(watermark, self.lateness);
-        let mut late = Vec::new();
+        let mut set_aside = Processed::default();
         let mut index: FxHashMap<(i64, &[u8]), u32> = FxHashMap::default();
         let mut groups: Vec<(i64, &[u8])> = Vec::new();
         let mut event_group = Vec::with_capacity(events.times.len());
@@ -87,9 +95,15 @@ impl Operator for PaneOperator {
         // (two around a window boundary): check those before hashing.
         let mut recent: [Option<(i64, &[u8], u32)>; 2] = [None, None];
         for (i, &t) in events.times.iter().enumerate() {
-            let pane = self.panes.pane_of(t);
+            let Some(pane) = self.panes.pane_of(t) else {
+                set_aside
+                    .invalid
+                    .push((i as u32, format!("event time {t}: its windows would fall outside the timeline")));
+                event_group.push(u32::MAX);
+                continue;
+            };
             if self.panes.last_window_end(pane) <= closed_before {
-                late.push(i as u32);
+                set_aside.late.push(i as u32);
                 event_group.push(u32::MAX);
                 continue;
             }
@@ -112,7 +126,7 @@ impl Operator for PaneOperator {
             event_group.push(g);
         }
         if groups.is_empty() {
-            return Ok(late);
+            return Ok(set_aside);
         }
         let (members, ends) = group_members(&event_group, groups.len());
         let keys: Vec<Vec<u8>> = groups.iter().map(|&(p, k)| pane_key(p, k)).collect();
@@ -123,12 +137,20 @@ impl Operator for PaneOperator {
             state.put(k, acc);
             self.changed.push((pane, key.to_vec()));
         }
-        Ok(late)
+        Ok(set_aside)
     }
 
-    fn advance(&mut self, from: i64, to: i64, state: &mut StateStore, out: &mut Rows) -> Result<usize, OperatorError> {
-        let windows = self.windows_leaving(from, to, state)?;
-        finish(&windows, self.agg.as_mut(), out)
+    fn advance(
+        &mut self,
+        from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError> {
+        let mut failed = Vec::new();
+        let windows = self.windows_leaving(from, to, state, &mut failed)?;
+        let emitted = emit::finish(windows, self.agg.as_mut(), &self.policy, out, &mut failed)?;
+        Ok(Advanced { emitted, failed })
     }
 
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
@@ -139,12 +161,14 @@ impl Operator for PaneOperator {
 
 impl PaneOperator {
     /// The windows that leave as the watermark moves from `previous` to `watermark` (sorted by
-    /// start, then key), their panes merged; drops the panes no window needs any more.
+    /// start, then key), their panes merged (windows whose merge fails go to `failed`); drops the
+    /// panes no window needs any more.
     fn windows_leaving(
         &mut self,
         previous: i64,
         watermark: i64,
         state: &mut StateStore,
+        failed: &mut Vec<crate::operator::FailedWindow>,
     ) -> Result<Vec<WindowAcc>, OperatorError> {
         let (was, now) = (bound(previous, self.lateness), bound(watermark, self.lateness));
         let size = self.panes.size;
@@ -187,24 +211,15 @@ impl PaneOperator {
                 state.delete(k.clone());
             }
         }
-        let mut out: Vec<WindowAcc> = Vec::with_capacity(windows.len());
         if self.panes.one_pane_per_window() {
+            let mut out: Vec<WindowAcc> = Vec::with_capacity(windows.len());
             for ((start, key), mut accs) in windows {
                 let acc = accs.pop().unwrap_or_default();
                 out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
             }
-        } else {
-            let mut flat = Vec::new();
-            let mut ends = Vec::with_capacity(windows.len());
-            for accs in windows.values() {
-                flat.extend(accs.iter().cloned());
-                ends.push(flat.len() as u32);
-            }
-            let merged = if flat.is_empty() { Vec::new() } else { self.agg.merge(&flat, &ends)? };
-            for (((start, key), _), acc) in windows.into_iter().zip(merged) {
-                out.push(WindowAcc { start, end: start.saturating_add(size), key, acc });
-            }
+            return Ok(out);
         }
-        Ok(out)
+        let groups = windows.into_iter().map(|((start, key), accs)| (start, start.saturating_add(size), key, accs));
+        emit::merge(groups.collect(), self.agg.as_mut(), &self.policy, failed)
     }
 }

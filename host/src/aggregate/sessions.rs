@@ -7,9 +7,10 @@
 
 use std::collections::BTreeMap;
 
-use super::{WindowAcc, bound, final_at, finish, open_accumulators};
+use super::emit::{self, Policy};
+use super::{WindowAcc, bound, final_at, open_accumulators};
 use crate::columns;
-use crate::operator::{Opened, Operator, OperatorError};
+use crate::operator::{Advanced, Opened, Operator, OperatorError, Processed};
 use crate::pipeline::OutputMode;
 use crate::plugin::{AggregateFns, EventBatch};
 use crate::sink::Rows;
@@ -26,13 +27,14 @@ pub(super) struct SessionOperator {
     lateness: i64,
     mode: OutputMode,
     agg: Box<dyn AggregateFns>,
+    policy: Policy,
     /// (key, start) of sessions written in the current batch, for update mode.
     changed: Vec<(Vec<u8>, i64)>,
 }
 
 impl SessionOperator {
-    pub(super) fn new(gap: i64, lateness: i64, mode: OutputMode, agg: Box<dyn AggregateFns>) -> Self {
-        Self { gap, lateness, mode, agg, changed: Vec::new() }
+    pub(super) fn new(gap: i64, lateness: i64, mode: OutputMode, agg: Box<dyn AggregateFns>, policy: Policy) -> Self {
+        Self { gap, lateness, mode, agg, policy, changed: Vec::new() }
     }
 }
 
@@ -118,13 +120,18 @@ impl Operator for SessionOperator {
         watermark: i64,
         state: &mut StateStore,
         _out: &mut Rows,
-    ) -> Result<Vec<u32>, OperatorError> {
+    ) -> Result<Processed, OperatorError> {
         let closed_before = bound(watermark, self.lateness);
-        let mut late = Vec::new();
+        let mut set_aside = Processed::default();
         let mut by_key: BTreeMap<&[u8], Vec<(i64, u32)>> = BTreeMap::new();
         for (i, &t) in events.times.iter().enumerate() {
-            if t.saturating_add(self.gap) <= closed_before {
-                late.push(i as u32);
+            let Some(end) = t.checked_add(self.gap) else {
+                let why = format!("event time {t}: its session would end outside the timeline");
+                set_aside.invalid.push((i as u32, why));
+                continue;
+            };
+            if end <= closed_before {
+                set_aside.late.push(i as u32);
             } else {
                 by_key.entry(columns::item(&events.keys, &events.key_ends, i)).or_default().push((t, i as u32));
             }
@@ -152,6 +159,7 @@ impl Operator for SessionOperator {
                 stored_parts.push((start, end, acc));
             }
             for (j, &(t, _)) in evs.iter().enumerate() {
+                // Fits: events whose session would not were set aside above.
                 ivs.push(Interval { start: t, end: t.saturating_add(self.gap), id: stored.len() + j });
             }
             ivs.sort_by_key(|iv| (iv.start, iv.id));
@@ -175,7 +183,7 @@ impl Operator for SessionOperator {
             }
         }
         if sessions.is_empty() {
-            return Ok(late);
+            return Ok(set_aside);
         }
         // Sessions that swallowed several stored ones merge those first, in one call.
         let mut flat = Vec::new();
@@ -205,13 +213,21 @@ impl Operator for SessionOperator {
             put_session(state, &s.key, s.start, s.end, &acc);
             self.changed.push((s.key.clone(), s.start));
         }
-        Ok(late)
+        Ok(set_aside)
     }
 
     /// A session is emitted by its own end, whatever was final before: `from` does not matter.
-    fn advance(&mut self, _from: i64, to: i64, state: &mut StateStore, out: &mut Rows) -> Result<usize, OperatorError> {
+    fn advance(
+        &mut self,
+        _from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError> {
         let windows = self.sessions_leaving(to, state)?;
-        finish(&windows, self.agg.as_mut(), out)
+        let mut failed = Vec::new();
+        let emitted = emit::finish(windows, self.agg.as_mut(), &self.policy, out, &mut failed)?;
+        Ok(Advanced { emitted, failed })
     }
 
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {

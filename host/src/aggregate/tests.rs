@@ -3,8 +3,10 @@
 //! horizon.
 
 use super::*;
+use crate::columns;
 use crate::pipeline::OutputMode;
 use crate::plugin::{EventBatch, PluginError};
+use crate::sink::Rows;
 use crate::watermark::NONE;
 use crate::window::Panes;
 
@@ -77,14 +79,22 @@ struct Harness {
 /// Makes an operator with the given allowed lateness and output mode.
 type Make = Box<dyn Fn(i64, OutputMode) -> Box<dyn Operator>>;
 
+fn policy() -> Policy {
+    let failure = crate::pipeline::FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
+    Policy { failure, stop: std::sync::Arc::default() }
+}
+
 fn panes(size: i64, slide: i64) -> Make {
     Box::new(move |lateness, mode| {
-        Box::new(panes::PaneOperator::new(Panes { size, slide, offset: 0 }, lateness, mode, Box::new(Count)))
+        let panes = Panes { size, slide, offset: 0 };
+        Box::new(panes::PaneOperator::new(panes, lateness, mode, Box::new(Count), policy()))
     })
 }
 
 fn sessions(gap: i64) -> Make {
-    Box::new(move |lateness, mode| Box::new(sessions::SessionOperator::new(gap, lateness, mode, Box::new(Count))))
+    Box::new(move |lateness, mode| {
+        Box::new(sessions::SessionOperator::new(gap, lateness, mode, Box::new(Count), policy()))
+    })
 }
 
 impl Harness {
@@ -99,8 +109,12 @@ impl Harness {
     /// One batch: returns (late event indices, emitted windows).
     fn batch(&mut self, evs: &[(i64, &str)], new_wm: i64) -> (Vec<u32>, Vec<Emitted>) {
         let mut out = Rows::default();
-        let late = self.op.process(&events(evs), self.wm, &mut self.state, &mut out).unwrap();
-        let emitted = self.op.advance(self.wm, new_wm, &mut self.state, &mut out).unwrap();
+        let set_aside = self.op.process(&events(evs), self.wm, &mut self.state, &mut out).unwrap();
+        assert!(set_aside.invalid.is_empty(), "{:?}", set_aside.invalid);
+        let late = set_aside.late;
+        let advanced = self.op.advance(self.wm, new_wm, &mut self.state, &mut out).unwrap();
+        assert!(advanced.failed.is_empty(), "{:?}", advanced.failed);
+        let emitted = advanced.emitted;
         self.state.commit(b"m", &mut crate::checkpoint::Syncs::default()).unwrap();
         self.wm = new_wm;
         let rows: Vec<Emitted> = columns::items(&out.rows, &out.row_ends)
@@ -235,17 +249,32 @@ fn the_horizon_makes_everything_held_final() {
     }
 }
 
+/// Event times at the ends of the timeline have no window that fits: dead letters, not a
+/// window at the other end, not a panic.
+#[test]
+fn events_whose_windows_do_not_fit_are_set_aside_as_invalid() {
+    for make in [panes(MIN, MIN), panes(10 * MIN, MIN), sessions(10)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut state = StateStore::open(dir.path()).unwrap();
+        let mut op = make(0, OutputMode::Append);
+        op.open(&mut state, None).unwrap();
+        let mut out = Rows::default();
+        let got =
+            op.process(&events(&[(i64::MAX, ""), (0, ""), (i64::MAX - 5, "")]), NONE, &mut state, &mut out).unwrap();
+        assert_eq!(got.invalid.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![0, 2]);
+        assert!(got.invalid[0].1.contains("outside the timeline"), "{}", got.invalid[0].1);
+        assert!(got.late.is_empty());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = StateStore::open(dir.path()).unwrap();
+    let mut op = panes(MIN, MIN)(0, OutputMode::Append);
+    let got = op.process(&events(&[(i64::MIN, "")]), NONE, &mut state, &mut Rows::default()).unwrap();
+    assert_eq!(got.invalid.len(), 1, "the first window would start before i64::MIN");
+}
+
 #[test]
 fn members_are_laid_out_group_by_group_in_event_order() {
     let (members, ends) = group_members(&[1, 0, u32::MAX, 1, 0, 2], 3);
     assert_eq!(members, vec![1, 4, 0, 3, 5]);
     assert_eq!(ends, vec![2, 4, 5]);
-}
-
-#[test]
-fn object_bodies_are_checked_and_trimmed() {
-    assert_eq!(object_body(b" {\"count\":3} ").unwrap(), b"\"count\":3");
-    assert_eq!(object_body(b"{}").unwrap(), b"");
-    assert!(object_body(b"[1]").is_err());
-    assert!(object_body(b"{\"a\":").is_err());
 }

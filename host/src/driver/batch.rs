@@ -257,7 +257,7 @@ impl Run {
         let in_force = self.in_force();
         let mut rows = Rows::default();
         let (op, state) = (&mut self.operator, &mut self.state);
-        let (late, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
+        let (set_aside, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
             let mark = (state.savepoint(), op.mark(), rows.rows.len(), rows.row_ends.len());
             let result = if r.len() == events.times.len() {
                 op.process(&events, in_force, state, &mut rows)
@@ -272,9 +272,9 @@ impl Run {
             }
             result
         })?;
-        report.late_events = late.len();
+        report.late_events = set_aside.late.len();
         if let Some(side) = self.late.as_mut() {
-            side.write(batch_id, batch, &events, &late, in_force)?;
+            side.write(batch_id, batch, &events, &set_aside.late, in_force)?;
         }
         d.aggregate_ms = ms(t);
 
@@ -301,13 +301,17 @@ impl Run {
             self.flushed_to = Some(self.flushed_to.map_or(horizon, |f| f.max(horizon)));
         }
         let to = self.in_force();
-        report.windows_emitted = self.operator.advance(in_force, to, &mut self.state, &mut rows)?;
+        let advanced = self.operator.advance(in_force, to, &mut self.state, &mut rows)?;
+        report.windows_emitted = advanced.emitted;
+        report.dead_letters += self.dead.windows(batch_id, self.operator.stage(), &advanced.failed)?;
         report.flushed_to = self.flushed_to;
         d.emit_ms = ms(t);
 
         let stage = self.operator.stage().to_string();
         let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
-        report.dead_letters += self.dead.write(batch_id, &stage, batch, failed, Some(&events.origins))?;
+        let invalid = set_aside.invalid.into_iter().map(|(i, why)| Failure::invalid(i as usize, why));
+        report.dead_letters +=
+            self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
         report.rows_out = rows.row_ends.len();
         report.state_keys = self.state.estimated_keys();
         report.durations = d;

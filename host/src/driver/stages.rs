@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use super::RunError;
+use crate::aggregate::Policy;
 use crate::operator::Operator;
 use crate::operator::passthrough::PassThrough;
 use crate::pipeline::{Pipeline, SinkConfig, Trigger};
@@ -53,7 +54,10 @@ impl Stages {
             .map(|t| Ok(Box::new(Transformer::new(runtime, t.clone())?) as Box<dyn TransformFns>))
             .collect::<Result<_, PluginError>>()?;
         let operator: Box<dyn Operator> = match &p.windowed {
-            Some(w) => crate::aggregate::operator(w, Box::new(Aggregator::new(runtime, w.aggregate.clone())?)),
+            Some(w) => {
+                let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
+                crate::aggregate::operator(w, agg, Policy { failure: p.failure, stop: stop.clone() })
+            }
             None => Box::new(PassThrough),
         };
         let sink = sink(p, output, Some(runtime), stop)?;

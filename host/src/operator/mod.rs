@@ -31,13 +31,42 @@ pub(crate) enum OperatorError {
     State(#[from] StateError),
     #[error("state entry {key:?} is corrupt: {message}")]
     Corrupt { key: String, message: String },
-    #[error("stage {stage}: finish returned a row that is not a JSON object: {message}")]
-    NotAnObject { stage: String, message: String },
     #[error(
         "the state holds accumulators of state version {from}; the plugin declares state version {to} and cannot \
          migrate them ({source}). Run the build that wrote them, or start a new checkpoint"
     )]
     Migrate { from: u32, to: u32, source: PluginError },
+}
+
+/// What [`Operator::process`] set aside: indices of the batch's events.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Processed {
+    /// Late for everything they belong to.
+    pub late: Vec<u32>,
+    /// Events the operator cannot place, with why (an event time whose windows would fall
+    /// outside the timeline): dead letters, `invalid-value`.
+    pub invalid: Vec<(u32, String)>,
+}
+
+/// A window (or other result) the operator could not emit: the plugin failed on it alone, or
+/// gave a row it may not emit. It goes to the dead letters with its accumulators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FailedWindow {
+    pub start: i64,
+    pub end: i64,
+    pub key: Vec<u8>,
+    pub accs: Vec<Vec<u8>>,
+    /// `plugin-failure` or `invalid-value`.
+    pub kind: &'static str,
+    pub error: String,
+}
+
+/// What [`Operator::advance`] did.
+#[derive(Debug, Default)]
+pub(crate) struct Advanced {
+    /// Results emitted (rows appended).
+    pub emitted: usize,
+    pub failed: Vec<FailedWindow>,
 }
 
 /// What [`Operator::open`] found.
@@ -56,19 +85,26 @@ pub(crate) trait Operator: Send {
 
     /// Takes a batch's events into state (or straight to `out`). An event is judged against
     /// `watermark`, the watermark in force for the batch (the one the batch before reached).
-    /// Returns the indices of the events that were late for everything they belong to. Must
-    /// leave no trace when it fails: the caller rolls the state back and calls `rollback`.
+    /// Returns the events set aside: late for everything they belong to, or invalid. Must leave
+    /// no trace when it fails: the caller rolls the state back and calls `rollback`.
     fn process(
         &mut self,
         events: &EventBatch,
         watermark: i64,
         state: &mut StateStore,
         out: &mut Rows,
-    ) -> Result<Vec<u32>, OperatorError>;
+    ) -> Result<Processed, OperatorError>;
 
     /// The watermark moved from `from` to `to` at the end of a batch: appends the rows that leave
-    /// now to `out`, drops state nothing needs any more, and returns how many results it emitted.
-    fn advance(&mut self, from: i64, to: i64, state: &mut StateStore, out: &mut Rows) -> Result<usize, OperatorError>;
+    /// now to `out`, drops state nothing needs any more, and says what it emitted and what it
+    /// could not.
+    fn advance(
+        &mut self,
+        from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError>;
 
     /// The lowest watermark at which everything the operator holds is final (`None`: it holds
     /// nothing). A flush at the end of input advances to it, and not to +∞, so the next run on

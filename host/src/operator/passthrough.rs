@@ -1,11 +1,13 @@
 //! The operator of a stateless pipeline: each event's row goes to the sink as it is, in order.
-//! Nothing is held, so nothing is ever late and nothing waits for the watermark.
+//! Nothing is held, so nothing is ever late and nothing waits for the watermark. Rows leave Weir
+//! here, so each is checked to be valid JSON (`json::check_object`); one that is not is a dead
+//! letter, never output.
 
-use super::{Opened, Operator, OperatorError};
-use crate::columns;
+use super::{Advanced, Opened, Operator, OperatorError, Processed};
 use crate::plugin::EventBatch;
 use crate::sink::Rows;
 use crate::state::StateStore;
+use crate::{columns, json};
 
 pub(crate) struct PassThrough;
 
@@ -20,13 +22,19 @@ impl Operator for PassThrough {
         _: i64,
         _: &mut StateStore,
         out: &mut Rows,
-    ) -> Result<Vec<u32>, OperatorError> {
-        columns::append(&mut out.rows, &mut out.row_ends, &events.rows, &events.row_ends);
-        Ok(Vec::new())
+    ) -> Result<Processed, OperatorError> {
+        let mut set_aside = Processed::default();
+        for (i, row) in columns::items(&events.rows, &events.row_ends).enumerate() {
+            match json::check_object(row) {
+                Ok(()) => columns::push(&mut out.rows, &mut out.row_ends, row),
+                Err(why) => set_aside.invalid.push((i as u32, why)),
+            }
+        }
+        Ok(set_aside)
     }
 
-    fn advance(&mut self, _: i64, _: i64, _: &mut StateStore, _: &mut Rows) -> Result<usize, OperatorError> {
-        Ok(0)
+    fn advance(&mut self, _: i64, _: i64, _: &mut StateStore, _: &mut Rows) -> Result<Advanced, OperatorError> {
+        Ok(Advanced::default())
     }
 
     fn horizon(&self, _: &StateStore) -> Result<Option<i64>, OperatorError> {

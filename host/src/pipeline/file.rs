@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{LatePolicy, OutputMode, ReplayFormat};
+use crate::plugin::LimitsFile;
 
 /// A duration written the way people write them: "10 minutes", "30s", "1h 30m", "250ms".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,12 +22,6 @@ impl<'de> Deserialize<'de> for Dur {
                 "`{s}` is not a duration ({e}); write e.g. \"10 minutes\", \"30s\", \"250ms\""
             ))
         })
-    }
-}
-
-impl Dur {
-    pub(super) fn millis(self) -> i64 {
-        i64::try_from(self.0.as_millis()).unwrap_or(i64::MAX)
     }
 }
 
@@ -186,16 +181,6 @@ pub(super) struct DirGrantFile {
     pub(super) guest: String,
     #[serde(default)]
     pub(super) writable: bool,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct LimitsFile {
-    pub(super) call_timeout: Option<Dur>,
-    pub(super) max_memory_mb: Option<u64>,
-    pub(super) max_output_mb: Option<u64>,
-    pub(super) recycle_after_calls: Option<u64>,
-    pub(super) fuel: Option<u64>,
 }
 
 #[derive(Debug, Deserialize)]

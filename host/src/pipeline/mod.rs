@@ -13,6 +13,8 @@
 mod file;
 mod validate;
 
+pub(crate) use file::Dur;
+
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -188,6 +190,23 @@ pub(crate) struct KafkaSinkConfig {
 /// Default batch size for a replay: large enough that per-call costs vanish, small enough that
 /// the watermark advances during a replay as it would on a live stream.
 pub(crate) const DEFAULT_MAX_OFFSETS_PER_TRIGGER: usize = 10_000;
+/// The largest `source.max_offsets_per_trigger`.
+pub(crate) const MAX_OFFSETS_PER_TRIGGER: usize = 10_000_000;
+
+/// The longest span of event time a pipeline file may give (`window.size`, `slide`, `gap`,
+/// `offset`, `watermark.delay`, `allowed_lateness`, `idle_timeout`): ten years, which keeps every
+/// window of any event time arithmetic well inside `i64` milliseconds.
+pub(crate) const MAX_TIME_SPAN: Duration = Duration::from_secs(10 * 366 * 86_400);
+/// The shortest window length, slide or gap: windows are in whole milliseconds.
+pub(crate) const MIN_WINDOW: Duration = Duration::from_millis(1);
+/// The most windows one event may belong to (`window.size / window.slide`): past it, one event
+/// would make thousands of rows of state and output.
+pub(crate) const MAX_WINDOWS_PER_EVENT: i64 = 1_000;
+/// The longest `trigger.interval` (processing-time batches, continuous-mode checkpoints).
+pub(crate) const MAX_TRIGGER_INTERVAL: Duration = Duration::from_secs(86_400);
+/// The most `failure.retries`, and the longest `failure.backoff`.
+pub(crate) const MAX_RETRIES: u32 = 20;
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(3_600);
 
 #[derive(Debug, Clone)]
 pub(crate) struct EventTime {

@@ -9,7 +9,7 @@ use super::file::{
     WindowFile, WindowKind,
 };
 use super::*;
-use crate::plugin::{DirGrant, Grants, Limits};
+use crate::plugin::{DirGrant, Grants};
 
 /// Parses and validates pipeline text; `path` (absolute) locates relative paths and names the
 /// file in errors.
@@ -65,37 +65,7 @@ fn build(
         }
         let config_json =
             serde_json::to_string(&s.config).map_err(|e| invalid(&format!("{key}.config"), e.to_string()))?;
-        let mut limits = Limits::default();
-        if let Some(t) = s.limits.call_timeout {
-            if t.0.is_zero() {
-                return Err(invalid(&format!("{key}.limits.call_timeout"), "must be more than zero".into()));
-            }
-            limits.call_timeout = t.0;
-        }
-        if let Some(mb) = s.limits.max_memory_mb {
-            if !(1..=65_536).contains(&mb) {
-                return Err(invalid(&format!("{key}.limits.max_memory_mb"), format!("{mb}: allowed 1 to 65536")));
-            }
-            limits.max_memory = (mb as usize) << 20;
-        }
-        if let Some(mb) = s.limits.max_output_mb {
-            if !(1..=4_096).contains(&mb) {
-                return Err(invalid(&format!("{key}.limits.max_output_mb"), format!("{mb}: allowed 1 to 4096")));
-            }
-            limits.max_output = (mb as usize) << 20;
-        }
-        if let Some(n) = s.limits.recycle_after_calls {
-            if n == 0 {
-                return Err(invalid(&format!("{key}.limits.recycle_after_calls"), "must be at least 1".into()));
-            }
-            limits.recycle_after_calls = n;
-        }
-        if let Some(f) = s.limits.fuel {
-            if f == 0 {
-                return Err(invalid(&format!("{key}.limits.fuel"), "must be at least 1".into()));
-            }
-            limits.fuel = Some(f);
-        }
+        let limits = s.limits.validate().map_err(|b| invalid(&format!("{key}.limits.{}", b.key), b.message))?;
         let g = s.grants;
         let grants = Grants {
             dirs: g
@@ -164,20 +134,26 @@ fn build(
             )
         }
     };
-    if max_offsets_per_trigger == Some(0) {
-        return Err(invalid("source.max_offsets_per_trigger", "must be at least 1".into()));
+    if let Some(n) = max_offsets_per_trigger
+        && !(1..=MAX_OFFSETS_PER_TRIGGER).contains(&n)
+    {
+        return Err(invalid("source.max_offsets_per_trigger", format!("{n}: allowed 1 to {MAX_OFFSETS_PER_TRIGGER}")));
     }
     let source = SourceConfig {
         kind,
         max_offsets_per_trigger: max_offsets_per_trigger.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER),
     };
 
+    let interval = |min: Duration, default: Duration| match f.trigger.interval {
+        Some(d) => span("trigger.interval", d.0, min, MAX_TRIGGER_INTERVAL, invalid),
+        None => Ok(default),
+    };
     let trigger = match (f.trigger.mode, f.trigger.interval) {
-        (TriggerMode::ProcessingTime, interval) => {
-            Trigger::ProcessingTime { interval: interval.map_or(Duration::ZERO, |d| d.0) }
+        (TriggerMode::ProcessingTime, _) => {
+            Trigger::ProcessingTime { interval: interval(Duration::ZERO, Duration::ZERO)? }
         }
-        (TriggerMode::Continuous, interval) => {
-            Trigger::Continuous { checkpoint_interval: interval.map_or(Duration::from_secs(1), |d| d.0) }
+        (TriggerMode::Continuous, _) => {
+            Trigger::Continuous { checkpoint_interval: interval(Duration::from_millis(1), Duration::from_secs(1))? }
         }
         (TriggerMode::Once, None) => Trigger::Once,
         (TriggerMode::AvailableNow, None) => Trigger::AvailableNow,
@@ -217,9 +193,15 @@ fn build(
                 (_, p) => p.map(|p| rel(&p)),
             };
             let time = EventTime {
-                delay_ms: wm.delay.millis(),
-                idle_timeout: wm.idle_timeout.map(|d| d.0),
-                allowed_lateness_ms: wm.allowed_lateness.map_or(0, Dur::millis),
+                delay_ms: millis(span("watermark.delay", wm.delay.0, Duration::ZERO, MAX_TIME_SPAN, invalid)?),
+                idle_timeout: wm
+                    .idle_timeout
+                    .map(|d| span("watermark.idle_timeout", d.0, MIN_WINDOW, MAX_TIME_SPAN, invalid))
+                    .transpose()?,
+                allowed_lateness_ms: match wm.allowed_lateness {
+                    Some(d) => millis(span("watermark.allowed_lateness", d.0, Duration::ZERO, MAX_TIME_SPAN, invalid)?),
+                    None => 0,
+                },
                 late: wm.late,
                 late_path,
                 flush_at_end: wm.flush_at_end,
@@ -265,8 +247,17 @@ fn build(
         dead_letter: f.dead_letter.map(|d| rel(&d.path)),
         failure: FailurePolicy {
             fail_fast: f.failure.policy == FailureMode::FailFast,
-            retries: f.failure.retries.unwrap_or(FailurePolicy::default().retries),
-            backoff: f.failure.backoff.map_or(FailurePolicy::default().backoff, |d| d.0),
+            retries: match f.failure.retries {
+                Some(n) if n > MAX_RETRIES => {
+                    return Err(invalid("failure.retries", format!("{n}: allowed 0 to {MAX_RETRIES}")));
+                }
+                Some(n) => n,
+                None => FailurePolicy::default().retries,
+            },
+            backoff: match f.failure.backoff {
+                Some(d) => span("failure.backoff", d.0, Duration::ZERO, MAX_BACKOFF, invalid)?,
+                None => FailurePolicy::default().backoff,
+            },
         },
     })
 }
@@ -368,17 +359,40 @@ fn option(options: &[(String, String)], name: &str) -> Option<String> {
     options.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone())
 }
 
+/// A duration in `min..=max`, or the error naming `key` and the range.
+fn span(
+    key: &str,
+    d: Duration,
+    min: Duration,
+    max: Duration,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Duration, PipelineError> {
+    if (min..=max).contains(&d) {
+        return Ok(d);
+    }
+    let show = |d: Duration| humantime::format_duration(d).to_string();
+    let min = if min.is_zero() { "0".to_string() } else { show(min) };
+    Err(invalid(key, format!("{}: allowed {min} to {}", show(d), show(max))))
+}
+
+/// Milliseconds of a duration already checked against [`MAX_TIME_SPAN`].
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
 fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -> Result<WindowSpec, PipelineError> {
     let positive = |key: &str, d: Option<Dur>, example: &str| match d {
-        Some(d) if !d.0.is_zero() => Ok(d.millis()),
-        Some(_) => Err(invalid(key, "must be more than zero".into())),
+        Some(d) => Ok(millis(span(key, d.0, MIN_WINDOW, MAX_TIME_SPAN, invalid)?)),
         None => Err(invalid(key, format!("required for this window type, e.g. {example}"))),
     };
     let unused = |key: &str, d: Option<Dur>, kind: &str| match d {
         Some(_) => Err(invalid(key, format!("does not apply to a {kind} window; remove it"))),
         None => Ok(()),
     };
-    let offset = w.offset.map_or(0, Dur::millis);
+    let offset = match w.offset {
+        Some(d) => millis(span("window.offset", d.0, Duration::ZERO, MAX_TIME_SPAN, invalid)?),
+        None => 0,
+    };
     match w.kind {
         WindowKind::Tumbling => {
             unused("window.slide", w.slide, "tumbling")?;
@@ -392,6 +406,16 @@ fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -
             let slide = positive("window.slide", w.slide, "slide = \"1 minute\"")?;
             if slide > size || size % slide != 0 {
                 return Err(invalid("window.slide", format!("must divide window.size ({size} ms); got {slide} ms")));
+            }
+            if size / slide > MAX_WINDOWS_PER_EVENT {
+                return Err(invalid(
+                    "window.slide",
+                    format!(
+                        "{slide} ms puts every event in {} windows of {size} ms; at most {MAX_WINDOWS_PER_EVENT}: make \
+                         the slide longer",
+                        size / slide
+                    ),
+                ));
             }
             Ok(WindowSpec::sliding(size, slide, offset))
         }

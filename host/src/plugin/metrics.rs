@@ -23,6 +23,8 @@ pub(crate) struct PluginMetrics {
     pub(crate) nanos: AtomicU64,
     pub(crate) fuel: AtomicU64,
     pub(crate) memory_high_water: AtomicU64,
+    /// `host.log` messages dropped over the log budget.
+    pub(crate) log_dropped: AtomicU64,
 }
 
 /// Adds `n` to a counter.
@@ -41,6 +43,7 @@ impl PluginMetrics {
             seconds: get(&self.nanos) as f64 / 1e9,
             fuel: get(&self.fuel),
             memory_high_water_bytes: get(&self.memory_high_water),
+            log_dropped: get(&self.log_dropped),
         }
     }
 }
@@ -56,6 +59,7 @@ pub(crate) struct Snapshot {
     pub seconds: f64,
     pub fuel: u64,
     pub memory_high_water_bytes: u64,
+    pub log_dropped: u64,
 }
 
 /// Which stage a set of metrics belongs to (its Prometheus labels).
@@ -104,12 +108,13 @@ impl prometheus_client::collector::Collector for Registry {
             Err(_) => return Ok(()),
         };
         type Get = fn(&Snapshot) -> u64;
-        let counters: [(&str, &str, Get); 5] = [
+        let counters: [(&str, &str, Get); 6] = [
             ("weir_plugin_calls", "Calls into the plugin.", |s| s.calls),
             ("weir_plugin_records_in", "Records (or events, rows) passed in.", |s| s.records_in),
             ("weir_plugin_records_out", "Events, accumulators or rows passed back.", |s| s.records_out),
             ("weir_plugin_errors", "Record errors reported and calls failed.", |s| s.errors),
             ("weir_plugin_fuel_consumed", "Fuel burnt (with fuel metering on).", |s| s.fuel),
+            ("weir_plugin_log_dropped", "host.log messages dropped over the log budget.", |s| s.log_dropped),
         ];
         for (name, help, get) in counters {
             let mut family = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;

@@ -15,10 +15,14 @@
 //! `docs/security.md` is the user-facing version of this contract.
 
 mod cache;
+mod error;
 mod grants;
+mod host;
+mod limiter;
 pub(crate) mod metrics;
 mod roles;
 mod sandbox;
+mod spec;
 mod waits;
 
 use std::path::{Path, PathBuf};
@@ -32,9 +36,10 @@ use wasmtime::{Config, Engine};
 pub(crate) use bindings::weir::plugin::types::{
     BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind,
 };
+pub(crate) use error::{PluginError, WitError};
 pub(crate) use grants::{DirGrant, Grants};
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
-pub(crate) use sandbox::{Limits, PluginError, StageSpec, WitError};
+pub(crate) use spec::{LimitsFile, StageSpec};
 
 mod bindings {
     // The world by name alone: its package version is `wit/plugin.wit`'s, wherever it is said.
@@ -96,7 +101,7 @@ const GIVE_WAY: u32 = 3;
 /// The process-wide Wasm runtime. Cheap to share (`Arc`); stops its epoch thread on drop.
 pub(crate) struct Runtime {
     engine: Engine,
-    linker: Linker<sandbox::HostState>,
+    linker: Linker<host::HostState>,
     cache: cache::ComponentCache,
     ticker: Arc<AtomicBool>,
     /// Fuel metering is on: every store gets fuel before each call.

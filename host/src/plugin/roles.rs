@@ -8,8 +8,15 @@ use wasmtime::component::{Instance, InstancePre};
 use super::Runtime;
 use super::bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
 use super::bindings::weir::plugin::types::{BatchOutput, EventBatch, RawBatch};
+use super::bindings::weir::plugin::types::{RecordError, RecordErrorKind};
+use super::error::{PluginError, WitError};
+use super::host::HostState;
+use super::limiter::LimitExceeded;
 use super::metrics::bump;
-use super::sandbox::{HostState, PluginError, Role, Sandbox, StageSpec, WitError};
+use super::sandbox::{Role, Sandbox};
+use super::spec::MAX_ERROR_MESSAGE;
+use super::spec::StageSpec;
+use crate::{columns, json};
 
 /// Binds a role to its WIT export. `probe` runs on every new instance: a sink's `open`, an empty
 /// call for the others, so a component that does not play the role (the SDK answers
@@ -83,6 +90,14 @@ fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), P
     Ok(())
 }
 
+/// An accumulator is never empty (`wit/plugin.wit`: empty stands for a new one).
+fn check_not_empty(stage: &str, what: &str, accs: &[Vec<u8>]) -> Result<(), PluginError> {
+    if accs.iter().any(Vec::is_empty) {
+        return Err(contract(stage, format!("{what} returned an empty accumulator")));
+    }
+    Ok(())
+}
+
 /// Counts a record-by-record stage's call: records in, events out, records rejected.
 fn count<R: Role>(sandbox: &Sandbox<R>, records_in: usize, out: &BatchOutput) {
     let m = sandbox.metrics();
@@ -97,19 +112,60 @@ fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Re
     if bytes > max {
         return Err(PluginError::Limit {
             stage: sandbox.stage().to_string(),
-            message: format!("output of {bytes} bytes exceeds limits.max_output_mb ({} MiB)", max >> 20),
+            limit: LimitExceeded::Output { bytes, max },
         });
     }
     Ok(())
 }
 
-/// Checks and counts what a record-by-record stage (parse, transform) returned for `inputs`
-/// items.
-fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, out: BatchOutput) -> Result<BatchOutput, PluginError> {
-    check_size(sandbox, out.events.rows.len() + out.events.keys.len())?;
+/// Checks, settles and counts what a record-by-record stage (parse, transform) returned for
+/// `inputs` items: its shape against the contract, its size against `limits.max_output` (error
+/// messages included), then every row that is not one line of UTF-8 JSON object becomes its
+/// input's error, and [`settle`] leaves each input delivered or dead-lettered, never both.
+fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, mut out: BatchOutput) -> Result<BatchOutput, PluginError> {
+    let messages: usize = out.errors.iter().map(|e| e.message.len()).sum();
+    check_size(sandbox, out.events.rows.len() + out.events.keys.len() + messages)?;
     check_output(sandbox.stage(), &out, inputs)?;
+    for (i, why) in json::misshapen(&out.events.rows, &out.events.row_ends) {
+        let index = out.events.origins[i];
+        out.errors.push(RecordError { index, kind: RecordErrorKind::InvalidValue, message: why.to_string() });
+    }
+    settle(&mut out);
     count(sandbox, inputs, &out);
     Ok(out)
+}
+
+/// At most one error per input (the plugin's first, else the host's), its message cut to
+/// [`MAX_ERROR_MESSAGE`] bytes, and no event from an input that has one: one record is one dead
+/// letter at most, however many errors a plugin reports for it, and never also delivered.
+fn settle(out: &mut BatchOutput) {
+    if out.errors.is_empty() {
+        return;
+    }
+    out.errors.sort_by_key(|e| e.index); // stable: an input's first error stays first
+    out.errors.dedup_by_key(|e| e.index);
+    for e in &mut out.errors {
+        if e.message.len() > MAX_ERROR_MESSAGE {
+            let mut cut = MAX_ERROR_MESSAGE;
+            while !e.message.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            e.message.truncate(cut);
+            e.message.push_str("...");
+        }
+    }
+    let failed = |origin: u32| out.errors.binary_search_by_key(&origin, |e| e.index).is_ok();
+    if !out.events.origins.iter().any(|&o| failed(o)) {
+        return;
+    }
+    let (ev, mut kept) = (&out.events, EventBatch::default());
+    for i in (0..ev.times.len()).filter(|&i| !failed(ev.origins[i])) {
+        kept.times.push(ev.times[i]);
+        columns::push(&mut kept.keys, &mut kept.key_ends, columns::item(&ev.keys, &ev.key_ends, i));
+        columns::push(&mut kept.rows, &mut kept.row_ends, columns::item(&ev.rows, &ev.row_ends, i));
+        kept.origins.push(ev.origins[i]);
+    }
+    out.events = kept;
 }
 
 /// What the engine needs of a parser stage: the Wasm [`Parser`], or a native baseline.
@@ -176,6 +232,11 @@ pub(crate) trait AggregateFns: Send {
     fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError>;
     /// The stage name, for errors.
     fn stage(&self) -> &str;
+    /// Bytes one call may hand back (`limits.max_output_mb`): callers cut their calls well
+    /// below it.
+    fn max_call_bytes(&self) -> usize {
+        usize::MAX
+    }
     /// The version of the accumulator encoding (host code has one encoding: 1).
     fn state_version(&mut self) -> Result<u32, PluginError> {
         Ok(1)
@@ -209,6 +270,7 @@ impl AggregateFns for Aggregator {
     fn migrate(&mut self, from: u32, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
         let out = self.0.call(|g, s| g.call_migrate(s, from, accs))?;
         check_count(self.0.stage(), "migrate", out.len(), accs.len())?;
+        check_not_empty(self.0.stage(), "migrate", &out)?;
         Ok(out)
     }
 
@@ -223,9 +285,7 @@ impl AggregateFns for Aggregator {
         let out = self.0.call(|g, s| g.call_accumulate(s, accs, events, members, group_ends))?;
         check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "accumulate", out.len(), accs.len())?;
-        if out.iter().any(Vec::is_empty) {
-            return Err(contract(self.0.stage(), "accumulate returned an empty accumulator".into()));
-        }
+        check_not_empty(self.0.stage(), "accumulate", &out)?;
         let m = self.0.metrics();
         bump(&m.records_in, members.len() as u64);
         bump(&m.records_out, out.len() as u64);
@@ -237,6 +297,7 @@ impl AggregateFns for Aggregator {
         let out = self.0.call(|g, s| g.call_merge(s, accs, group_ends))?;
         check_size(&self.0, out.iter().map(Vec::len).sum())?;
         check_count(self.0.stage(), "merge", out.len(), group_ends.len())?;
+        check_not_empty(self.0.stage(), "merge", &out)?;
         Ok(out)
     }
 
@@ -250,6 +311,10 @@ impl AggregateFns for Aggregator {
 
     fn stage(&self) -> &str {
         self.0.stage()
+    }
+
+    fn max_call_bytes(&self) -> usize {
+        self.0.limits().max_output
     }
 }
 

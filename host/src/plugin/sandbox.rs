@@ -1,233 +1,31 @@
-//! One plugin stage's sandbox: its `Store`, its live instance, its limits and grants.
+//! One plugin stage's sandbox: its component, its live instance and store, and the lifecycle
+//! of a call. A call gets the stage's deadline, fuel and copy budget; a trap (or a limit it
+//! hits) drops the instance, which is never entered again; a fresh one comes from the
+//! `InstancePre` at the next call. Healthy instances are replaced every `recycle_after_calls`
+//! calls. What the limits are is `spec.rs`; how each is enforced, `limiter.rs`; what the store
+//! offers the plugin, `host.rs`; its capabilities, `grants.rs`.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
+use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre, ResourceTable};
-use wasmtime::{ResourceLimiter, Store};
+use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
-use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
+use wasmtime_wasi_http::WasiHttpCtx;
 
-use super::bindings::weir::plugin::{host, types};
-use super::grants::{Grants, HttpAllowList, Resolved};
+use super::error::{PluginError, WitError};
+use super::grants::Resolved;
+use super::host::{HostState, LogBudget, Minute};
+use super::limiter::{LimitExceeded, MemoryCap};
 use super::metrics::{PluginMetrics, StageLabels, bump};
+use super::spec::{Limits, STDERR_CAPTURE, StageSpec};
 use super::{EPOCH_TICK, FAIR_SLICE, GIVE_WAY, Runtime};
 
-/// Everything the host needs to run one plugin stage.
-#[derive(Debug, Clone)]
-pub(crate) struct StageSpec {
-    /// `pipeline/stage`, used in every log line and error.
-    pub name: String,
-    pub component: PathBuf,
-    /// The stage's `config` table, as JSON.
-    pub config_json: String,
-    pub grants: Grants,
-    pub limits: Limits,
-}
-
-/// Per-call limits. Defaults are safe for untrusted code; the pipeline file may change them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Limits {
-    /// Wall-clock time one call may take before it traps.
-    pub call_timeout: Duration,
-    /// Linear memory the instance may grow to, in bytes.
-    pub max_memory: usize,
-    /// Bytes one call may return (rows, keys, accumulators): a plugin cannot make the host
-    /// hold more than this per call beyond what it already holds.
-    pub max_output: usize,
-    /// Calls an instance serves before it is replaced by a fresh one. Linear memory never
-    /// shrinks, so a plugin that leaks (or just fragments its heap) would otherwise creep up to
-    /// its memory cap and trap; a fresh instance starts from its initial memory again.
-    pub recycle_after_calls: u64,
-    /// Fuel (roughly, Wasm instructions) one call may burn: a deterministic budget, unlike
-    /// the deadline. `None`: unmetered.
-    pub fuel: Option<u64>,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            call_timeout: Duration::from_secs(10),
-            max_memory: 512 << 20,
-            max_output: 32 << 20,
-            recycle_after_calls: 1_000,
-            fuel: None,
-        }
-    }
-}
-
-/// Bytes of a plugin's stderr kept to explain a trap (a Rust panic message lands there). A plugin
-/// that writes more has its further writes fail; stdout goes nowhere.
-const STDERR_CAPTURE: usize = 16 << 10;
-
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum PluginError {
-    #[error("wasm engine: {0}")]
-    Engine(String),
-    #[error("cannot read plugin {}", path.display())]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("cannot compile plugin {}: {message}", path.display())]
-    Compile { path: PathBuf, message: String },
-    #[error(
-        "plugin {} is built for weir:plugin@{found}, but this host loads weir:plugin@{supported}; \
-         rebuild it against a matching weir-guest",
-        path.display()
-    )]
-    Version { path: PathBuf, found: String, supported: String },
-    #[error("stage {stage}: plugin {} cannot be the {role}: it does not implement {interface}", path.display())]
-    MissingRole { stage: String, path: PathBuf, role: &'static str, interface: &'static str },
-    #[error("stage {stage}: cannot grant {what}: {message}")]
-    Grant { stage: String, what: String, message: String },
-    #[error("stage {stage}: cannot instantiate plugin: {message}")]
-    Instantiate { stage: String, message: String },
-    #[error("stage {stage}: the plugin failed: {}", say(error))]
-    Failed { stage: String, error: WitError },
-    #[error("stage {stage}: plugin trapped: {message}")]
-    Trap { stage: String, message: String },
-    #[error("stage {stage}: {message}")]
-    Limit { stage: String, message: String },
-    #[error("stage {stage}: stopped before the batch was done")]
-    Stopped { stage: String },
-    #[error("stage {stage}: {message}")]
-    Contract { stage: String, message: String },
-}
-
-/// A plugin's error in plain words (the bindings' own `Display` is Rust debug output).
-fn say(e: &WitError) -> String {
-    match e {
-        WitError::InvalidConfig(m) => format!("its config is not valid: {m}"),
-        WitError::BadState(m) => format!("it cannot read its state: {m}"),
-        WitError::Unsupported(m) => format!("unsupported: {m}"),
-        WitError::Io(m) => format!("input/output error: {m}"),
-        WitError::Internal(m) => m.clone(),
-    }
-}
-
-impl PluginError {
-    /// Whether the failure is in what the pipeline file names (a component that cannot be read,
-    /// built for another contract, not playing its role, refusing its config, or a grant that
-    /// cannot be given) rather than in running it.
-    pub(crate) fn is_config(&self) -> bool {
-        matches!(
-            self,
-            Self::Read { .. }
-                | Self::Compile { .. }
-                | Self::Version { .. }
-                | Self::MissingRole { .. }
-                | Self::Grant { .. }
-                | Self::Instantiate { .. }
-                | Self::Failed { error: WitError::InvalidConfig(_), .. }
-        )
-    }
-
-    /// The stage the failure happened in (empty for failures before a stage exists).
-    pub(crate) fn stage(&self) -> &str {
-        match self {
-            Self::MissingRole { stage, .. }
-            | Self::Grant { stage, .. }
-            | Self::Instantiate { stage, .. }
-            | Self::Failed { stage, .. }
-            | Self::Trap { stage, .. }
-            | Self::Contract { stage, .. }
-            | Self::Limit { stage, .. }
-            | Self::Stopped { stage } => stage,
-            Self::Engine(_) | Self::Read { .. } | Self::Compile { .. } | Self::Version { .. } => "",
-        }
-    }
-}
-
-pub(crate) use types::PluginError as WitError;
-
-/// Elements a plugin's tables may grow to (function references, mostly).
-const MAX_TABLE_ELEMENTS: usize = 100_000;
-
-/// Caps linear memory, and remembers that it refused, so the trap that follows (the guest's
-/// allocator aborts) is reported as the limit it is.
-struct MemoryCap {
-    max: usize,
-    refused: bool,
-    metrics: Arc<PluginMetrics>,
-}
-
-impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        let ok = desired <= self.max;
-        self.refused |= !ok;
-        if ok {
-            self.metrics.memory_high_water.fetch_max(desired as u64, std::sync::atomic::Ordering::Relaxed);
-        }
-        Ok(ok)
-    }
-
-    fn table_growing(&mut self, _current: usize, desired: usize, _max: Option<usize>) -> wasmtime::Result<bool> {
-        Ok(desired <= MAX_TABLE_ELEMENTS)
-    }
-
-    // A component is a handful of core instances, tables and memories; a store holds one
-    // component. These caps stop a component that declares thousands from getting them.
-    fn instances(&self) -> usize {
-        64
-    }
-
-    fn tables(&self) -> usize {
-        64
-    }
-
-    fn memories(&self) -> usize {
-        16
-    }
-}
-
-pub(crate) struct HostState {
-    wasi: WasiCtx,
-    http: WasiHttpCtx,
-    http_allowed: HttpAllowList,
-    table: ResourceTable,
-    memory: MemoryCap,
-    stderr: MemoryOutputPipe,
-    spec: Arc<StageSpec>,
-    /// When the current call must end; waits in host calls end there too ([`super::waits`]).
-    deadline: Instant,
-}
-
-impl HostState {
-    pub(crate) fn waiting(&mut self) -> (Instant, &mut ResourceTable) {
-        (self.deadline, &mut self.table)
-    }
-}
-
-impl WasiView for HostState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
-
-impl WasiHttpView for HostState {
-    fn http(&mut self) -> WasiHttpCtxView<'_> {
-        WasiHttpCtxView { hooks: &mut self.http_allowed, table: &mut self.table, ctx: &mut self.http }
-    }
-}
-
-impl host::Host for HostState {
-    fn log(&mut self, level: host::LogLevel, message: String) {
-        let stage = &self.spec.name;
-        match level {
-            host::LogLevel::Trace => tracing::trace!(stage, "{message}"),
-            host::LogLevel::Debug => tracing::debug!(stage, "{message}"),
-            host::LogLevel::Info => tracing::info!(stage, "{message}"),
-            host::LogLevel::Warn => tracing::warn!(stage, "{message}"),
-            host::LogLevel::Error => tracing::error!(stage, "{message}"),
-        }
-    }
-
-    fn config(&mut self) -> String {
-        self.spec.config_json.clone()
-    }
-}
-
-impl types::Host for HostState {}
+/// wasmtime charges what it copies out of a guest per item at its host-side size (24 bytes a
+/// `Vec`, 8 an `i64`), so the copy budget is this many times `limits.max_output`; the role
+/// handles then check the exact bytes against `limits.max_output` itself.
+const COPY_BUDGET_FACTOR: usize = 2;
 
 /// The part of a role's bindings a sandbox needs: where its export lives, and how to load it.
 pub(crate) trait Role {
@@ -251,6 +49,8 @@ pub(crate) struct Sandbox<R: Role> {
     indices: R::Indices,
     /// The stage's grants, looked up at start-up; applied to each new instance.
     grants: Resolved,
+    /// This minute's `host.log` budget, shared by the stage's instances.
+    log_minute: Arc<Mutex<Minute>>,
     live: Option<(Store<HostState>, R::Guest)>,
     /// Ticks before a call's first check: its fair slice, or its deadline if sooner.
     first_check_ticks: u64,
@@ -291,6 +91,7 @@ impl<R: Role> Sandbox<R> {
             pre,
             indices,
             grants,
+            log_minute: LogBudget::minute(),
             live: None,
             first_check_ticks,
             pipelines: runtime.pipelines.clone(),
@@ -334,10 +135,12 @@ impl<R: Role> Sandbox<R> {
             http: WasiHttpCtx::new(),
             http_allowed: self.grants.http(),
             table: ResourceTable::new(),
-            memory: MemoryCap { max: spec.limits.max_memory, refused: false, metrics: self.metrics.clone() },
+            memory: MemoryCap { max: spec.limits.max_memory, metrics: self.metrics.clone() },
             stderr,
             spec: spec.clone(),
             deadline: Instant::now() + spec.limits.call_timeout,
+            log: LogBudget::new(self.log_minute.clone()),
+            metrics: self.metrics.clone(),
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
@@ -348,7 +151,7 @@ impl<R: Role> Sandbox<R> {
             let s = cx.data();
             let now = Instant::now();
             if now >= s.deadline {
-                return Err(wasmtime::Trap::Interrupt.into());
+                return Err(LimitExceeded::Deadline(s.spec.limits.call_timeout).into());
             }
             if pipelines.load(std::sync::atomic::Ordering::Relaxed) > 1 {
                 std::thread::sleep((EPOCH_TICK * GIVE_WAY).min(s.deadline - now));
@@ -385,7 +188,7 @@ impl<R: Role> Sandbox<R> {
                     });
                 }
                 Ok(Err(error)) => return Err(PluginError::Failed { stage: stage.clone(), error }),
-                Err(e) => return Err(PluginError::Trap { stage: stage.clone(), message: describe(&e, &store) }),
+                Err(e) => return Err(failure(stage, &e, &store)),
             }
             self.live = Some((store, guest));
         }
@@ -405,7 +208,10 @@ impl<R: Role> Sandbox<R> {
         let m = self.metrics.clone();
         let (store, guest) = self.instance()?;
         store.set_epoch_deadline(ticks);
-        store.data_mut().deadline = Instant::now() + store.data().spec.limits.call_timeout;
+        let limits = store.data().spec.limits;
+        store.set_hostcall_fuel(limits.max_output.saturating_mul(COPY_BUDGET_FACTOR));
+        store.data_mut().deadline = Instant::now() + limits.call_timeout;
+        store.data_mut().log.begin_call();
         if let Some(fuel) = fuel {
             store.set_fuel(fuel).map_err(|e| PluginError::Engine(e.to_string()))?;
         }
@@ -423,9 +229,10 @@ impl<R: Role> Sandbox<R> {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(error)) => Err(PluginError::Failed { stage: self.spec.name.clone(), error }),
             Err(e) => {
-                let message = describe(&e, store);
+                let stage = store.data().spec.name.clone();
+                let failure = failure(&stage, &e, store);
                 self.live = None;
-                Err(PluginError::Trap { stage: self.spec.name.clone(), message })
+                Err(failure)
             }
         }
     }
@@ -442,30 +249,33 @@ fn labels(spec: &StageSpec) -> StageLabels {
     }
 }
 
-/// A trap, said as the limit it hit where it hit one, with the plugin's last stderr lines.
+/// What a failed call is: the limit it hit, or the trap with the plugin's last stderr lines.
+fn failure(stage: &str, e: &wasmtime::Error, store: &Store<HostState>) -> PluginError {
+    let limits = store.data().spec.limits;
+    let limit = e.downcast_ref::<LimitExceeded>().cloned().or_else(|| match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => Some(LimitExceeded::Fuel(limits.fuel.unwrap_or(u64::MAX))),
+        // wasmtime's error for a copy past the store's hostcall fuel is a private type: its
+        // message is all there is to know it by.
+        _ if format!("{e}").contains("fuel allocated for hostcalls has been exhausted") => {
+            Some(LimitExceeded::Copy(limits.max_output))
+        }
+        _ => None,
+    });
+    match limit {
+        Some(limit) => PluginError::Limit { stage: stage.to_string(), limit },
+        None => PluginError::Trap { stage: stage.to_string(), message: describe(e, store) },
+    }
+}
+
+/// A trap, with the plugin's last stderr lines (a Rust panic message lands there).
 fn describe(e: &wasmtime::Error, store: &Store<HostState>) -> String {
-    let state = store.data();
-    let waited = e.downcast_ref::<super::waits::WaitPastDeadline>().is_some();
+    // The trap itself, without the wasm backtrace its error carries (hundreds of frames for a
+    // stack overflow).
     let mut msg = match e.downcast_ref::<wasmtime::Trap>() {
-        _ if waited => format!(
-            "call exceeded its deadline of {:?} waiting in the host (limits.call_timeout)",
-            state.spec.limits.call_timeout
-        ),
-        Some(wasmtime::Trap::Interrupt) => {
-            format!("call exceeded its deadline of {:?} (limits.call_timeout)", state.spec.limits.call_timeout)
-        }
-        Some(wasmtime::Trap::OutOfFuel) => {
-            format!("call used up its fuel of {} (limits.fuel)", state.spec.limits.fuel.unwrap_or(u64::MAX))
-        }
-        _ if state.memory.refused => {
-            format!("memory limit of {} MiB reached (limits.max_memory_mb)", state.spec.limits.max_memory >> 20)
-        }
-        // The trap itself, without the wasm backtrace its error carries (hundreds of frames
-        // for a stack overflow).
         Some(trap) => trap.to_string(),
         None => format!("{e}"),
     };
-    let stderr = state.stderr.contents();
+    let stderr = store.data().stderr.contents();
     let stderr = String::from_utf8_lossy(&stderr);
     let tail: Vec<&str> = stderr.lines().rev().take(5).collect();
     if !tail.is_empty() {

@@ -8,7 +8,7 @@
 //! deadline passes, the wait ends in a trap that is reported as the deadline it is.
 
 use std::future::Future;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceTable};
@@ -16,31 +16,26 @@ use wasmtime_wasi_io::bindings::wasi::io::{poll, streams};
 use wasmtime_wasi_io::poll::DynPollable;
 use wasmtime_wasi_io::streams::{DynInputStream, DynOutputStream, StreamResult};
 
-use super::sandbox::HostState;
+use super::host::HostState;
+use super::limiter::LimitExceeded;
 
 /// The version `wasmtime_wasi` registers `wasi:io` under; plugins built against any older
 /// 0.2.x resolve to it.
 const WASI_IO: &str = "0.2.12";
-
-/// A wait the call's deadline cut short. It travels as the trap's error, so that `describe`
-/// reports it as `limits.call_timeout`.
-#[derive(Debug, thiserror::Error)]
-#[error("the call's deadline passed while the plugin waited in the host")]
-pub(crate) struct WaitPastDeadline;
 
 /// Replaces the waiting functions `wasmtime_wasi` added to `linker` with deadline-bound ones.
 pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()> {
     linker.allow_shadowing(true);
     let mut p = linker.instance(&format!("wasi:io/poll@{WASI_IO}"))?;
     p.func_wrap("poll", |mut cx: StoreContextMut<'_, HostState>, (list,): (Vec<Resource<DynPollable>>,)| {
-        let (deadline, table) = cx.data_mut().waiting();
-        Ok((until(deadline, poll::Host::poll(table, list))??,))
+        let (deadline, timeout, table) = cx.data_mut().waiting();
+        Ok((until(deadline, timeout, poll::Host::poll(table, list))??,))
     })?;
     p.func_wrap(
         "[method]pollable.block",
         |mut cx: StoreContextMut<'_, HostState>, (it,): (Resource<DynPollable>,)| {
-            let (deadline, table) = cx.data_mut().waiting();
-            until(deadline, poll::HostPollable::block(table, it))?
+            let (deadline, timeout, table) = cx.data_mut().waiting();
+            until(deadline, timeout, poll::HostPollable::block(table, it))?
         },
     )?;
 
@@ -49,8 +44,8 @@ pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()
     macro_rules! bounded {
         ($name:literal, $method:path, $($arg:ident: $ty:ty),+) => {
             s.func_wrap($name, |mut cx: StoreContextMut<'_, HostState>, ($($arg,)+): ($($ty,)+)| {
-                let (deadline, table) = cx.data_mut().waiting();
-                let r = until(deadline, $method(table, $($arg),+))?;
+                let (deadline, timeout, table) = cx.data_mut().waiting();
+                let r = until(deadline, timeout, $method(table, $($arg),+))?;
                 Ok((stream_result(table, r)?,))
             })?;
         };
@@ -82,11 +77,12 @@ pub(crate) fn bound_waits(linker: &mut Linker<HostState>) -> wasmtime::Result<()
     Ok(())
 }
 
-/// Runs `wait` as `wasmtime_wasi` would (on its Tokio runtime), ending it at `deadline`.
-fn until<T>(deadline: Instant, wait: impl Future<Output = T>) -> wasmtime::Result<T> {
+/// Runs `wait` as `wasmtime_wasi` would (on its Tokio runtime), ending it at `deadline` with a
+/// trap that carries the limit (`timeout`, the call's `limits.call_timeout`).
+fn until<T>(deadline: Instant, timeout: Duration, wait: impl Future<Output = T>) -> wasmtime::Result<T> {
     let left = deadline.saturating_duration_since(Instant::now());
     wasmtime_wasi::runtime::in_tokio(async { tokio::time::timeout(left, wait).await })
-        .map_err(|_| wasmtime::Error::new(WaitPastDeadline))
+        .map_err(|_| wasmtime::Error::new(LimitExceeded::DeadlineWaiting(timeout)))
 }
 
 /// A stream operation's result in the shape the guest receives: its error as a WIT

@@ -21,6 +21,11 @@ impl Parser for Orders {
     }
 
     fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
+        // serde reads a JSON array into a struct too (`[1793491186672, 5]`): only an object is
+        // an order, and only an object may be passed on as a row.
+        if record.value.trim_ascii_start().first() != Some(&b'{') {
+            return Err(RecordError::malformed("an order is a JSON object"));
+        }
         let order: Order = record.json()?;
         match order.user_id.filter(|_| self.key_by_user) {
             Some(user) => out.emit_json(order.order_ts, Some(user.to_string().as_bytes()), record.value),

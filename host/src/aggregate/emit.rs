@@ -1,0 +1,213 @@
+//! Emission: the aggregator's calls when windows leave (`merge` of a sliding window's panes,
+//! `finish` into rows), under the same failure policy as `accumulate`. Calls are made in chunks
+//! that stay well below the plugin's output cap; a call that fails is retried, then its windows
+//! are bisected until the ones it fails on alone are found. Those become dead letters with their
+//! accumulators; every other window goes on. A finished row must be one line of JSON object that
+//! does not repeat the host's own fields; one that is not is the window's dead letter too.
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde::de::IgnoredAny;
+
+use super::WindowAcc;
+use crate::isolate::{StageOutput, isolate};
+use crate::operator::{FailedWindow, OperatorError};
+use crate::pipeline::FailurePolicy;
+use crate::plugin::{AggregateFns, PluginError};
+use crate::sink::Rows;
+use crate::{columns, json};
+
+/// Windows per `merge` or `finish` call at most.
+const WINDOWS_PER_CALL: usize = 10_000;
+
+/// The fields the host puts in every result row; a plugin's row may not have them too (a
+/// last-wins reader would see the plugin's value instead of the host's).
+const HOST_FIELDS: [&str; 3] = ["window_start", "window_end", "key"];
+
+/// The failure policy for the calls made at emission, and the run's stop flag.
+#[derive(Clone)]
+pub(crate) struct Policy {
+    pub failure: FailurePolicy,
+    pub stop: Arc<AtomicBool>,
+}
+
+/// Accumulators, one per window: what `merge` and `finish` return, joined across calls.
+struct Accs(Vec<Vec<u8>>);
+
+impl StageOutput for Accs {
+    fn empty() -> Self {
+        Accs(Vec::new())
+    }
+    fn append(&mut self, o: Self, _offset: u32) {
+        self.0.extend(o.0);
+    }
+}
+
+/// Cuts `n` items into calls of at most [`WINDOWS_PER_CALL`] items and about `budget` bytes.
+fn calls(n: usize, bytes: impl Fn(usize) -> usize, budget: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for i in 0..n {
+        let b = bytes(i);
+        if i > start && (i - start >= WINDOWS_PER_CALL || used + b > budget) {
+            out.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += b;
+    }
+    if start < n {
+        out.push(start..n);
+    }
+    out
+}
+
+/// What a plugin call gave for each item: its result, or why it failed on that item alone.
+type Results = Vec<Result<Vec<u8>, String>>;
+
+/// Runs `call` over items `0..n` in chunks under the failure policy; returns each item's result.
+/// A failure that isolating cannot get past (the plugin cannot read its state) is the error.
+fn each(
+    n: usize,
+    bytes: impl Fn(usize) -> usize,
+    agg: &mut dyn AggregateFns,
+    policy: &Policy,
+    mut call: impl FnMut(&mut dyn AggregateFns, Range<usize>) -> Result<Vec<Vec<u8>>, PluginError>,
+) -> Result<Results, OperatorError> {
+    let mut results = Vec::with_capacity(n);
+    for chunk in calls(n, bytes, agg.max_call_bytes() / 2) {
+        let offset = chunk.start;
+        let (ok, failed) = isolate(chunk.len(), &policy.failure, &policy.stop, |r| {
+            call(agg, offset + r.start..offset + r.end).map(Accs)
+        })?;
+        let mut ok = ok.0.into_iter();
+        let mut failed = failed.into_iter().peekable();
+        for i in 0..chunk.len() {
+            results.push(match failed.next_if(|(f, _)| *f == i) {
+                Some((_, e)) => Err(e.to_string()),
+                None => Ok(ok.next().unwrap_or_default()),
+            });
+        }
+    }
+    Ok(results)
+}
+
+/// Merges each window's runs of accumulators (a sliding window's panes) into one; windows the
+/// plugin fails on go to `failed`.
+pub(super) fn merge(
+    groups: Vec<(i64, i64, Vec<u8>, Vec<Vec<u8>>)>,
+    agg: &mut dyn AggregateFns,
+    policy: &Policy,
+    failed: &mut Vec<FailedWindow>,
+) -> Result<Vec<WindowAcc>, OperatorError> {
+    let mut out = Vec::with_capacity(groups.len());
+    let bytes = |i: usize| groups[i].3.iter().map(Vec::len).sum();
+    let call = |agg: &mut dyn AggregateFns, r: Range<usize>| {
+        let mut flat = Vec::new();
+        let mut ends = Vec::with_capacity(r.len());
+        for g in &groups[r] {
+            flat.extend(g.3.iter().cloned());
+            ends.push(flat.len() as u32);
+        }
+        agg.merge(&flat, &ends)
+    };
+    let merged = each(groups.len(), bytes, agg, policy, call)?;
+    for ((start, end, key, accs), r) in groups.into_iter().zip(merged) {
+        match r {
+            Ok(acc) => out.push(WindowAcc { start, end, key, acc }),
+            Err(error) => failed.push(FailedWindow { start, end, key, accs, kind: "plugin-failure", error }),
+        }
+    }
+    Ok(out)
+}
+
+/// Finishes `windows` into rows appended to `out`, each with its window (and key) spliced in
+/// front of the plugin's own fields; returns how many rows. Windows the plugin fails on, or
+/// whose row is not one it may emit, go to `failed`.
+pub(super) fn finish(
+    windows: Vec<WindowAcc>,
+    agg: &mut dyn AggregateFns,
+    policy: &Policy,
+    out: &mut Rows,
+    failed: &mut Vec<FailedWindow>,
+) -> Result<usize, OperatorError> {
+    let bytes = |i: usize| windows[i].acc.len();
+    let call = |agg: &mut dyn AggregateFns, r: Range<usize>| {
+        let accs: Vec<Vec<u8>> = windows[r].iter().map(|w| w.acc.clone()).collect();
+        agg.finish(&accs)
+    };
+    let rows = each(windows.len(), bytes, agg, policy, call)?;
+    let mut added = 0;
+    for (w, row) in windows.into_iter().zip(rows) {
+        let (kind, error) = match row {
+            Ok(row) if row.is_empty() => continue, // the plugin chose not to emit this window
+            Ok(row) => match body(&row) {
+                Ok(body) => {
+                    columns::push(&mut out.rows, &mut out.row_ends, &line(&w, body));
+                    added += 1;
+                    continue;
+                }
+                Err(why) => ("invalid-value", why),
+            },
+            Err(error) => ("plugin-failure", error),
+        };
+        failed.push(FailedWindow { start: w.start, end: w.end, key: w.key, accs: vec![w.acc], kind, error });
+    }
+    Ok(added)
+}
+
+/// The result row: the window, the key (keyed windows), then the plugin's fields.
+fn line(w: &WindowAcc, body: &[u8]) -> Vec<u8> {
+    let mut line = format!("{{\"window_start\":{},\"window_end\":{}", w.start, w.end).into_bytes();
+    if !w.key.is_empty() {
+        line.extend_from_slice(b",\"key\":");
+        let key = serde_json::to_vec(&String::from_utf8_lossy(&w.key)).unwrap_or_else(|_| b"\"\"".to_vec());
+        line.extend_from_slice(&key);
+    }
+    if !body.is_empty() {
+        line.push(b',');
+        line.extend_from_slice(body);
+    }
+    line.push(b'}');
+    line
+}
+
+/// The inside of a finished row (between its braces, trimmed), after checking it is one line of
+/// JSON object without the host's fields.
+fn body(row: &[u8]) -> Result<&[u8], String> {
+    json::check_object(row)?;
+    let fields: BTreeMap<String, IgnoredAny> = serde_json::from_slice(row).map_err(|e| e.to_string())?;
+    if let Some(f) = HOST_FIELDS.iter().find(|f| fields.contains_key(**f)) {
+        return Err(format!(
+            "finish returned a row with the field `{f}`, which the host sets; rename the plugin's field"
+        ));
+    }
+    let s = row.trim_ascii();
+    Ok(s[1..s.len() - 1].trim_ascii())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bodies_are_checked_and_trimmed() {
+        assert_eq!(body(b" {\"count\":3} ").unwrap(), b"\"count\":3");
+        assert_eq!(body(b"{}").unwrap(), b"");
+        assert!(body(b"[1]").is_err());
+        assert!(body(b"{\"a\":").is_err());
+        assert!(body(b"{\"count\":1}\n{\"window_start\":0}").is_err());
+        let e = body(b"{\"ke\\u0079\":\"forged\"}").unwrap_err();
+        assert!(e.contains("`key`"), "{e}");
+    }
+
+    #[test]
+    fn calls_are_cut_by_count_and_bytes() {
+        assert_eq!(calls(0, |_| 1, 10), Vec::<Range<usize>>::new());
+        assert_eq!(calls(5, |_| 4, 10), vec![0..2, 2..4, 4..5]);
+        assert_eq!(calls(3, |_| 100, 10), vec![0..1, 1..2, 2..3], "an item over the budget goes alone");
+        assert_eq!(calls(25_000, |_| 0, 10).len(), 3);
+    }
+}

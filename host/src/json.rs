@@ -1,0 +1,131 @@
+//! Rows are one line of UTF-8 JSON object (`wit/plugin.wit`); these are the host's checks that
+//! they are, at two depths.
+//!
+//! - [`misshapen`], on every row a plugin hands back: valid UTF-8, no line break, and `{`...`}`
+//!   around it. Cheap (one pass of `from_utf8` and `memchr` over the whole column): it is what
+//!   keeps a row from forging a second line of JSON-lines output, a non-object, or text the host
+//!   cannot read back.
+//! - [`check_object`], on every row before it leaves Weir (to a sink, a side output): a full
+//!   JSON syntax check, without building anything (serde's `IgnoredAny`). Rows passed from one
+//!   plugin to the next are the tenant's own data and get only the cheap check; what reaches the
+//!   outside world is always valid JSON.
+
+use serde::de::IgnoredAny;
+
+use crate::columns;
+
+/// The rows of a column that are not one line of UTF-8 with an object's braces, with why.
+pub(crate) fn misshapen(rows: &[u8], ends: &[u32]) -> Vec<(usize, &'static str)> {
+    let mut bad = Vec::new();
+    let utf8 = std::str::from_utf8(rows);
+    let broken = memchr::memchr2(b'\n', b'\r', rows).is_some();
+    if utf8.is_ok() && !broken {
+        // The common case: only the braces to look at, and the rows' ends to be character
+        // boundaries (a valid whole could hide a character split between two rows).
+        let text = utf8.unwrap_or_default();
+        for (i, row) in columns::items(rows, ends).enumerate() {
+            let (start, end) = (if i == 0 { 0 } else { ends[i - 1] as usize }, ends[i] as usize);
+            if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
+                bad.push((i, "row is not UTF-8"));
+            } else if !braced(row) {
+                bad.push((i, "row is not a JSON object"));
+            }
+        }
+        return bad;
+    }
+    for (i, row) in columns::items(rows, ends).enumerate() {
+        if std::str::from_utf8(row).is_err() {
+            bad.push((i, "row is not UTF-8"));
+        } else if memchr::memchr2(b'\n', b'\r', row).is_some() {
+            bad.push((i, "row spans more than one line"));
+        } else if !braced(row) {
+            bad.push((i, "row is not a JSON object"));
+        }
+    }
+    bad
+}
+
+/// Starts with `{` and ends with `}`, spaces and tabs aside.
+fn braced(row: &[u8]) -> bool {
+    let row = row.trim_ascii();
+    row.first() == Some(&b'{') && row.last() == Some(&b'}')
+}
+
+/// Whether `row` is one line of a valid JSON object (UTF-8, syntax, nothing after it).
+pub(crate) fn check_object(row: &[u8]) -> Result<(), String> {
+    if let Some((_, why)) = misshapen(row, &[row.len() as u32]).first() {
+        return Err((*why).to_string());
+    }
+    serde_json::from_slice::<IgnoredAny>(row).map(drop).map_err(|e| format!("row is not valid JSON: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[test]
+    fn rows_that_would_forge_output_are_refused_and_good_ones_pass() {
+        assert_eq!(check_object(br#"{"a":1,"b":[true,null,"x\n"]}"#), Ok(()));
+        assert_eq!(check_object(b" { } "), Ok(()));
+        for (row, why) in [
+            (&b"[1793491186672, 5]"[..], "not a JSON object"),
+            (b"{\"a\":1}\n{\"forged\":true}", "more than one line"),
+            (b"{\"a\":\r1}", "more than one line"),
+            (b"{\"s\":\"\xff\"}", "not UTF-8"),
+            (b"{\"a\":1} {}", "not valid JSON"),
+            (b"{\"a\":01}", "not valid JSON"),
+            (b"{\"a\":\"\x01\"}", "not valid JSON"),
+            (b"", "not a JSON object"),
+        ] {
+            let e = check_object(row).unwrap_err();
+            assert!(e.contains(why), "{:?}: {e}", String::from_utf8_lossy(row));
+        }
+    }
+
+    #[test]
+    fn a_column_is_checked_row_by_row_even_when_the_whole_is_valid() {
+        let (mut rows, mut ends) = (Vec::new(), Vec::new());
+        for r in [&b"{}"[..], b"[2]", b"{\"x\":\"\xc3", b"\xa9\"}", b"{\"ok\":1}"] {
+            columns::push(&mut rows, &mut ends, r);
+        }
+        let bad: Vec<usize> = misshapen(&rows, &ends).into_iter().map(|(i, _)| i).collect();
+        assert_eq!(bad, vec![1, 2, 3], "a character split between rows makes both invalid");
+    }
+
+    proptest! {
+        /// Any JSON value, serialized as one line: accepted exactly when it is an object.
+        #[test]
+        fn serialized_values_pass_when_they_are_objects(v in json_value()) {
+            let row = serde_json::to_vec(&v).unwrap();
+            prop_assert_eq!(check_object(&row).is_ok(), v.is_object());
+        }
+
+        /// Any bytes at all: accepted only if serde reads them as an object and they are one line.
+        #[test]
+        fn whatever_is_accepted_is_an_object_on_one_line(row in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if check_object(&row).is_ok() {
+                prop_assert!(serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&row).is_ok());
+                prop_assert!(!row.contains(&b'\n') && !row.contains(&b'\r'));
+            }
+        }
+    }
+
+    fn json_value() -> impl Strategy<Value = serde_json::Value> {
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
+            ".*".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map(".*", inner, 0..6)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+}

@@ -1,0 +1,208 @@
+//! What a plugin stage runs under: its [`StageSpec`], and every limit as a named constant with
+//! its key in the pipeline file, its default and its accepted range. [`LimitsFile`] is the
+//! `limits` table as written and [`LimitsFile::validate`] the one check of it; the pipeline
+//! validator calls it for every stage.
+//!
+//! Defaults are safe for untrusted code. The ranges stop values that would crash the host or make
+//! a limit meaningless (a zero-length deadline, an `Instant` overflow, an output cap past what the
+//! batch offsets can address).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::grants::Grants;
+use crate::pipeline::Dur;
+
+/// Everything the host needs to run one plugin stage.
+#[derive(Debug, Clone)]
+pub(crate) struct StageSpec {
+    /// `pipeline/stage (plugin file)`, used in every log line and error.
+    pub name: String,
+    pub component: PathBuf,
+    /// The stage's `config` table, as JSON.
+    pub config_json: String,
+    pub grants: Grants,
+    pub limits: Limits,
+}
+
+/// `limits.call_timeout`: wall-clock time one call may take before it traps, waits in the host
+/// included.
+pub(crate) const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+/// The shortest `limits.call_timeout`: the epoch ticks every 10 ms, so a shorter deadline could
+/// not be kept anyway.
+pub(crate) const MIN_CALL_TIMEOUT: Duration = Duration::from_millis(10);
+/// The longest `limits.call_timeout`.
+pub(crate) const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3_600);
+
+/// `limits.max_memory_mb`: linear memory an instance may grow to.
+pub(crate) const DEFAULT_MAX_MEMORY_MB: u64 = 512;
+/// A 32-bit linear memory cannot grow past 4 GiB.
+pub(crate) const MAX_MAX_MEMORY_MB: u64 = 4_096;
+
+/// `limits.max_output_mb`: bytes one call may hand back to the host, everything counted (rows,
+/// keys, accumulators, error messages). It is also the budget wasmtime copies out of the guest
+/// per call (its "hostcall fuel"), so a plugin cannot make the host allocate more than this per
+/// call, however it lays its results out.
+pub(crate) const DEFAULT_MAX_OUTPUT_MB: u64 = 32;
+/// Batches address their bytes with 32-bit offsets; 1 GiB keeps every call's data well inside.
+pub(crate) const MAX_MAX_OUTPUT_MB: u64 = 1_024;
+
+/// `limits.recycle_after_calls`: calls an instance serves before it is replaced by a fresh one.
+/// Linear memory never shrinks, so a plugin that leaks (or only fragments its heap) would
+/// otherwise creep up to its memory cap; a fresh instance starts from its initial memory again.
+pub(crate) const DEFAULT_RECYCLE_AFTER_CALLS: u64 = 1_000;
+pub(crate) const MAX_RECYCLE_AFTER_CALLS: u64 = 1_000_000_000;
+
+/// `limits.fuel`: Wasm instructions (roughly) one call may burn, a deterministic budget unlike
+/// the deadline. Unset: unmetered.
+pub(crate) const MAX_FUEL: u64 = u64::MAX >> 1;
+
+/// `limits.max_disk_mb`: bytes a plugin may have in each directory it may write, counting what
+/// was there when the stage started and everything it writes; deletes give room back.
+pub(crate) const DEFAULT_MAX_DISK_MB: u64 = 1_024;
+pub(crate) const MAX_MAX_DISK_MB: u64 = 1 << 20;
+
+/// Bytes of `host.log` messages one call may write; past it, messages are dropped and counted.
+pub(crate) const LOG_BYTES_PER_CALL: usize = 16 << 10;
+/// Bytes of `host.log` messages a stage may write per minute; past it, messages are dropped and
+/// counted.
+pub(crate) const LOG_BYTES_PER_MINUTE: usize = 1 << 20;
+
+/// Bytes of one error message (a record error, a failure) the host keeps; the rest is cut, so a
+/// plugin cannot make one record's dead letter large.
+pub(crate) const MAX_ERROR_MESSAGE: usize = 1 << 10;
+
+/// Bytes of a plugin's stderr kept to explain a trap (a Rust panic message lands there). A
+/// plugin that writes more has its further writes fail; stdout goes nowhere.
+pub(crate) const STDERR_CAPTURE: usize = 16 << 10;
+
+/// Elements a plugin's tables may grow to (function references, mostly).
+pub(crate) const MAX_TABLE_ELEMENTS: usize = 100_000;
+/// A component is a handful of core instances, tables and memories; a store holds one component.
+/// These caps stop a component that declares thousands from getting them.
+pub(crate) const MAX_INSTANCES: usize = 64;
+pub(crate) const MAX_TABLES: usize = 64;
+pub(crate) const MAX_MEMORIES: usize = 16;
+
+/// A stage's limits, validated.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub call_timeout: Duration,
+    /// Bytes.
+    pub max_memory: usize,
+    /// Bytes.
+    pub max_output: usize,
+    pub recycle_after_calls: u64,
+    pub fuel: Option<u64>,
+    /// Bytes, per writable directory.
+    pub max_disk: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            call_timeout: DEFAULT_CALL_TIMEOUT,
+            max_memory: mb(DEFAULT_MAX_MEMORY_MB),
+            max_output: mb(DEFAULT_MAX_OUTPUT_MB),
+            recycle_after_calls: DEFAULT_RECYCLE_AFTER_CALLS,
+            fuel: None,
+            max_disk: DEFAULT_MAX_DISK_MB << 20,
+        }
+    }
+}
+
+fn mb(n: u64) -> usize {
+    usize::try_from(n << 20).unwrap_or(usize::MAX)
+}
+
+/// A stage's `limits` table, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct LimitsFile {
+    call_timeout: Option<Dur>,
+    max_memory_mb: Option<u64>,
+    max_output_mb: Option<u64>,
+    recycle_after_calls: Option<u64>,
+    fuel: Option<u64>,
+    max_disk_mb: Option<u64>,
+}
+
+/// A limit out of its range: the key under `limits` and what is allowed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BadLimit {
+    pub key: &'static str,
+    pub message: String,
+}
+
+fn in_range(key: &'static str, v: u64, min: u64, max: u64) -> Result<u64, BadLimit> {
+    if (min..=max).contains(&v) {
+        Ok(v)
+    } else {
+        Err(BadLimit { key, message: format!("{v}: allowed {min} to {max}") })
+    }
+}
+
+impl LimitsFile {
+    /// The limits, each unset one at its default; the first out of its range is refused.
+    pub(crate) fn validate(self) -> Result<Limits, BadLimit> {
+        let d = Limits::default();
+        let call_timeout = match self.call_timeout {
+            None => d.call_timeout,
+            Some(Dur(t)) if (MIN_CALL_TIMEOUT..=MAX_CALL_TIMEOUT).contains(&t) => t,
+            Some(Dur(t)) => {
+                return Err(BadLimit {
+                    key: "call_timeout",
+                    message: format!(
+                        "{t:?}: allowed {} to {}",
+                        humantime::format_duration(MIN_CALL_TIMEOUT),
+                        humantime::format_duration(MAX_CALL_TIMEOUT)
+                    ),
+                });
+            }
+        };
+        let max_memory = match self.max_memory_mb {
+            None => d.max_memory,
+            Some(v) => mb(in_range("max_memory_mb", v, 1, MAX_MAX_MEMORY_MB)?),
+        };
+        let max_output = match self.max_output_mb {
+            None => d.max_output,
+            Some(v) => mb(in_range("max_output_mb", v, 1, MAX_MAX_OUTPUT_MB)?),
+        };
+        let recycle_after_calls = match self.recycle_after_calls {
+            None => d.recycle_after_calls,
+            Some(v) => in_range("recycle_after_calls", v, 1, MAX_RECYCLE_AFTER_CALLS)?,
+        };
+        let fuel = self.fuel.map(|v| in_range("fuel", v, 1, MAX_FUEL)).transpose()?;
+        let max_disk = match self.max_disk_mb {
+            None => d.max_disk,
+            Some(v) => in_range("max_disk_mb", v, 1, MAX_MAX_DISK_MB)? << 20,
+        };
+        Ok(Limits { call_timeout, max_memory, max_output, recycle_after_calls, fuel, max_disk })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(toml: &str) -> Result<Limits, BadLimit> {
+        toml::from_str::<LimitsFile>(toml).unwrap().validate()
+    }
+
+    #[test]
+    fn unset_limits_are_the_defaults_and_set_ones_are_checked_against_their_range() {
+        let l = limits("").unwrap();
+        assert_eq!((l.call_timeout, l.max_output), (DEFAULT_CALL_TIMEOUT, 32 << 20));
+        assert_eq!(limits("call_timeout = \"500us\"").unwrap_err().key, "call_timeout");
+        assert_eq!(limits("call_timeout = \"500000000000 years\"").unwrap_err().key, "call_timeout");
+        assert_eq!(
+            limits("max_output_mb = 4096").unwrap_err(),
+            BadLimit { key: "max_output_mb", message: "4096: allowed 1 to 1024".into() }
+        );
+        assert_eq!(limits("max_memory_mb = 0").unwrap_err().key, "max_memory_mb");
+        assert_eq!(limits("max_disk_mb = 5").unwrap().max_disk, 5 << 20);
+        assert_eq!(limits("fuel = 0").unwrap_err().key, "fuel");
+    }
+}
