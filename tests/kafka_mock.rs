@@ -210,17 +210,24 @@ fn a_scrape_is_answered_beside_idle_connections() {
         .arg("run")
         .arg(&p)
         .args(["--metrics-addr", "127.0.0.1:0"])
+        .env("WEIR_LOG", "info")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines.next().expect("weir ended before serving metrics").unwrap();
+    // The server's address, then the source's start: the stages (and their metrics) exist.
+    let mut addr = None;
+    loop {
+        let line = lines.next().expect("weir ended before it started").unwrap();
         if let Some(rest) = line.strip_prefix("metrics at http://") {
-            break rest.trim_end_matches("/metrics").to_string();
+            addr = Some(rest.trim_end_matches("/metrics").to_string());
         }
-    };
+        if line.contains("kafka source assigned") {
+            break;
+        }
+    }
+    let addr = addr.expect("the metrics address comes first");
     let idle: Vec<std::net::TcpStream> = (0..3).map(|_| std::net::TcpStream::connect(&addr).unwrap()).collect();
     let mut response = ureq::get(&format!("http://{addr}/metrics")).call().unwrap();
     assert_eq!(response.status(), 200);

@@ -43,6 +43,25 @@ pub(crate) fn append(to: &mut Vec<u8>, to_ends: &mut Vec<u32>, data: &[u8], ends
     to_ends.extend(ends.iter().map(|e| e + base));
 }
 
+/// Cuts a column's items into consecutive ranges of about `budget` bytes each (an item larger
+/// than the budget goes alone): how a batch is cut into plugin calls that stay below the
+/// plugin's output cap.
+pub(crate) fn chunks_by_bytes(ends: &[u32], budget: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut from) = (0usize, 0u32);
+    for (i, &end) in ends.iter().enumerate() {
+        if i > start && (end - from) as usize > budget {
+            out.push(start..i);
+            start = i;
+            from = ends[i - 1];
+        }
+    }
+    if start < ends.len() {
+        out.push(start..ends.len());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -63,5 +82,16 @@ mod tests {
         append(&mut to, &mut to_ends, &d, &e);
         append(&mut to, &mut to_ends, &data, &ends);
         assert_eq!(items(&to, &to_ends).collect::<Vec<_>>(), vec![&b"x"[..], b"aa", b"", b"bbb", b"c"]);
+    }
+
+    #[test]
+    fn chunks_stay_within_the_budget_and_cover_every_item_in_order() {
+        let (mut data, mut ends) = (Vec::new(), Vec::new());
+        for n in [3, 3, 3, 10, 1, 1] {
+            push(&mut data, &mut ends, &vec![b'x'; n]);
+        }
+        assert_eq!(chunks_by_bytes(&ends, 6), vec![0..2, 2..3, 3..4, 4..6]);
+        assert_eq!(chunks_by_bytes(&ends, usize::MAX), vec![0..6]);
+        assert_eq!(chunks_by_bytes(&[], 6), Vec::<Range<usize>>::new());
     }
 }

@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::checkpoint::Planned;
+use crate::columns;
 use crate::isolate::{Isolated, StageOutput, isolate, slice_records};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, ParseFns, PluginError, RawBatch};
@@ -97,34 +98,44 @@ impl Ingest {
 /// Below this many records a batch is parsed in one call: a thread hand-off costs more.
 const MIN_PARALLEL_PARSE: usize = 4_096;
 
-/// Parses `records` in as many chunks as there are parsers, side by side (the first on this
-/// thread), and joins the outputs in order, so the events are those of one call over all.
+/// Parses `records` in chunks, side by side (as many at once as there are parsers, the first on
+/// this thread), and joins the outputs in order, so the events are those of one call over all.
+/// Chunks stay below half the parser's output cap, so a batch of any size fits its calls; with
+/// several parsers a batch of [`MIN_PARALLEL_PARSE`] records or more is cut into at least as many
+/// chunks as there are parsers.
 fn parse_chunks(parsers: &mut [Box<dyn ParseFns>], records: &RawBatch) -> Result<BatchOutput, PluginError> {
     let n = records.value_ends.len();
-    if parsers.len() == 1 || n < MIN_PARALLEL_PARSE {
+    let mut ranges = columns::chunks_by_bytes(&records.value_ends, parsers[0].max_call_bytes() / 2);
+    if parsers.len() > 1 && n >= MIN_PARALLEL_PARSE && ranges.len() < parsers.len() {
+        let chunk = n.div_ceil(parsers.len());
+        let cuts =
+            ranges.into_iter().flat_map(|r| (r.start..r.end).step_by(chunk).map(move |s| s..(s + chunk).min(r.end)));
+        ranges = cuts.collect();
+    }
+    if ranges.len() == 1 {
         return parsers[0].parse(records);
     }
-    let chunk = n.div_ceil(parsers.len());
-    let ranges: Vec<std::ops::Range<usize>> = (0..n).step_by(chunk).map(|s| s..(s + chunk).min(n)).collect();
-    let (first, rest) = parsers.split_at_mut(1);
-    let results: Vec<Result<BatchOutput, PluginError>> = std::thread::scope(|scope| {
-        let others: Vec<_> = rest
-            .iter_mut()
-            .zip(&ranges[1..])
-            .map(|(p, r)| {
-                let input = slice_records(records, r.clone());
-                scope.spawn(move || p.parse(&input))
-            })
-            .collect();
-        let mut results = vec![first[0].parse(&slice_records(records, ranges[0].clone()))];
-        for h in others {
-            results.push(h.join().unwrap_or_else(|_| Err(PluginError::Engine("a parser thread panicked".into()))));
-        }
-        results
-    });
     let mut out = BatchOutput::empty();
-    for (r, result) in ranges.iter().zip(results) {
-        out.append(result?, r.start as u32);
+    for wave in ranges.chunks(parsers.len()) {
+        let (first, rest) = parsers.split_at_mut(1);
+        let results: Vec<Result<BatchOutput, PluginError>> = std::thread::scope(|scope| {
+            let others: Vec<_> = rest
+                .iter_mut()
+                .zip(&wave[1..])
+                .map(|(p, r)| {
+                    let input = slice_records(records, r.clone());
+                    scope.spawn(move || p.parse(&input))
+                })
+                .collect();
+            let mut results = vec![first[0].parse(&slice_records(records, wave[0].clone()))];
+            for h in others {
+                results.push(h.join().unwrap_or_else(|_| Err(PluginError::Engine("a parser thread panicked".into()))));
+            }
+            results
+        });
+        for (r, result) in wave.iter().zip(results) {
+            out.append(result?, r.start as u32);
+        }
     }
     Ok(out)
 }

@@ -21,6 +21,7 @@ mod json;
 mod kafka;
 mod native;
 mod operator;
+mod own_files;
 mod pipeline;
 mod plugin;
 mod progress;

@@ -135,11 +135,17 @@ impl Summary {
 pub(crate) fn show_time(ms: i64) -> String {
     match ms {
         i64::MIN => "-inf".into(),
-        i64::MAX => "+inf (end of input)".into(),
-        ms if ms >= 0 => humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string(),
+        i64::MAX => "+inf".into(),
+        // RFC 3339 has four-digit years: 0 to 9999-12-31T23:59:59.999Z.
+        0..=LAST_RFC3339_MS => {
+            humantime::format_rfc3339_millis(UNIX_EPOCH + Duration::from_millis(ms as u64)).to_string()
+        }
         ms => format!("{ms} ms"),
     }
 }
+
+/// The last instant RFC 3339 can write, in epoch milliseconds.
+const LAST_RFC3339_MS: i64 = 253_402_300_799_999;
 
 /// Collects batch reports; prints them as configured.
 pub(crate) struct Progress {
@@ -223,7 +229,10 @@ mod tests {
     fn times_show_as_rfc3339_and_extremes_by_name() {
         assert_eq!(show_time(1_793_491_200_000), "2026-11-01T00:00:00.000Z");
         assert_eq!(show_time(i64::MIN), "-inf");
-        assert!(show_time(i64::MAX).starts_with("+inf"));
+        assert_eq!(show_time(i64::MAX), "+inf");
+        assert_eq!(show_time(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
+        assert_eq!(show_time(LAST_RFC3339_MS + 1), "253402300800000 ms");
+        assert_eq!(show_time(i64::MAX - 600_000), format!("{} ms", i64::MAX - 600_000));
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl SideOutput {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let mut file = OpenOptions::new().create(true).write(true).truncate(false).open(&self.path)?;
+        let mut file = crate::own_files::open(&self.path, OpenOptions::new().create(true).write(true).truncate(false))?;
         file.set_len(self.len)?;
         file.seek(SeekFrom::Start(self.len))?;
         Ok(BufWriter::new(file))

@@ -25,6 +25,7 @@ const PLUGINS: &[&str] = &[
     "hostile",
     "versioned-count",
     "http-sink",
+    "forger",
 ];
 
 fn main() -> Result<()> {

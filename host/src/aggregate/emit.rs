@@ -94,27 +94,34 @@ fn each(
     Ok(results)
 }
 
-/// Merges each window's runs of accumulators (a sliding window's panes) into one; windows the
-/// plugin fails on go to `failed`.
+/// A window whose accumulators (a sliding window's panes) are yet to be merged into one.
+pub(super) struct Unmerged {
+    pub start: i64,
+    pub end: i64,
+    pub key: Vec<u8>,
+    pub accs: Vec<Vec<u8>>,
+}
+
+/// Merges each window's accumulators into one; windows the plugin fails on go to `failed`.
 pub(super) fn merge(
-    groups: Vec<(i64, i64, Vec<u8>, Vec<Vec<u8>>)>,
+    groups: Vec<Unmerged>,
     agg: &mut dyn AggregateFns,
     policy: &Policy,
     failed: &mut Vec<FailedWindow>,
 ) -> Result<Vec<WindowAcc>, OperatorError> {
     let mut out = Vec::with_capacity(groups.len());
-    let bytes = |i: usize| groups[i].3.iter().map(Vec::len).sum();
+    let bytes = |i: usize| groups[i].accs.iter().map(Vec::len).sum();
     let call = |agg: &mut dyn AggregateFns, r: Range<usize>| {
         let mut flat = Vec::new();
         let mut ends = Vec::with_capacity(r.len());
         for g in &groups[r] {
-            flat.extend(g.3.iter().cloned());
+            flat.extend(g.accs.iter().cloned());
             ends.push(flat.len() as u32);
         }
         agg.merge(&flat, &ends)
     };
     let merged = each(groups.len(), bytes, agg, policy, call)?;
-    for ((start, end, key, accs), r) in groups.into_iter().zip(merged) {
+    for (Unmerged { start, end, key, accs }, r) in groups.into_iter().zip(merged) {
         match r {
             Ok(acc) => out.push(WindowAcc { start, end, key, acc }),
             Err(error) => failed.push(FailedWindow { start, end, key, accs, kind: "plugin-failure", error }),

@@ -219,7 +219,12 @@ impl PaneOperator {
             }
             return Ok(out);
         }
-        let groups = windows.into_iter().map(|((start, key), accs)| (start, start.saturating_add(size), key, accs));
+        let groups = windows.into_iter().map(|((start, key), accs)| emit::Unmerged {
+            start,
+            end: start.saturating_add(size),
+            key,
+            accs,
+        });
         emit::merge(groups.collect(), self.agg.as_mut(), &self.policy, failed)
     }
 }

@@ -140,13 +140,9 @@ impl CheckpointDir {
     pub(crate) fn lock(dir: &Path) -> Result<(Self, Option<Metadata>), CheckpointError> {
         fs::create_dir_all(dir).map_err(|e| io_err(dir, e))?;
         let path = dir.join("lock");
-        let mut file = fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| io_err(&path, e))?;
+        let mut file =
+            crate::own_files::open(&path, fs::OpenOptions::new().read(true).write(true).create(true).truncate(false))
+                .map_err(|e| io_err(&path, e))?;
         match file.try_lock() {
             Ok(()) => {}
             Err(fs::TryLockError::WouldBlock) => {
@@ -303,7 +299,8 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, CheckpointEr
 fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> Result<(), CheckpointError> {
     let tmp = path.with_extension("tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io_err(path, std::io::Error::other(e)))?;
-    let mut f = fs::File::create(&tmp).map_err(|e| io_err(&tmp, e))?;
+    let mut f = crate::own_files::open(&tmp, fs::OpenOptions::new().create(true).write(true).truncate(true))
+        .map_err(|e| io_err(&tmp, e))?;
     f.write_all(&bytes).map_err(|e| io_err(&tmp, e))?;
     if durable {
         f.sync_all().map_err(|e| io_err(&tmp, e))?;

@@ -8,10 +8,12 @@ use std::time::{Duration, Instant};
 
 use super::{Run, RunError, ms};
 use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
+use crate::columns;
 use crate::ingest::{Ingest, Ingested, Parsed};
+use crate::isolate::StageOutput;
 use crate::isolate::{isolate, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
-use crate::plugin::PluginError;
+use crate::plugin::{BatchOutput, EventBatch, PluginError, TransformFns};
 use crate::progress::{BatchProgress, Durations, Progress};
 use crate::retry::sleep_unless;
 use crate::side_output::Failure;
@@ -229,7 +231,7 @@ impl Run {
             let (input, transform) = (&events, &mut self.transforms[i]);
             let (out, failed) = isolate(input.times.len(), &self.failure, &self.stop, |r| {
                 if r.len() == input.times.len() {
-                    transform.transform(input)
+                    transform_chunks(transform.as_mut(), input)
                 } else {
                     transform.transform(&slice_events(input, r))
                 }
@@ -287,7 +289,13 @@ impl Run {
             for pos in &batch.positions {
                 maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
             }
+            // An event the operator could not place (its windows would fall outside the
+            // timeline) moves no watermark: one far-future record must not make the rest late.
+            let invalid: std::collections::HashSet<u32> = set_aside.invalid.iter().map(|(i, _)| *i).collect();
             for (i, &time) in events.times.iter().enumerate() {
+                if invalid.contains(&(i as u32)) {
+                    continue;
+                }
                 let pos = batch.positions[events.origins[i] as usize];
                 let m = maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
                 *m = (*m).max(time);
@@ -309,7 +317,7 @@ impl Run {
 
         let stage = self.operator.stage().to_string();
         let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
-        let invalid = set_aside.invalid.into_iter().map(|(i, why)| Failure::invalid(i as usize, why));
+        let invalid = set_aside.invalid.iter().map(|(i, why)| Failure::invalid(*i as usize, why.clone()));
         report.dead_letters +=
             self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
         report.rows_out = rows.row_ends.len();
@@ -317,6 +325,19 @@ impl Run {
         report.durations = d;
         Ok((rows, report))
     }
+}
+
+/// Transforms `events` in calls that stay below half the plugin's output cap, joined in order.
+fn transform_chunks(t: &mut dyn TransformFns, events: &EventBatch) -> Result<BatchOutput, PluginError> {
+    let ranges = columns::chunks_by_bytes(&events.row_ends, t.max_call_bytes() / 2);
+    if ranges.len() <= 1 {
+        return t.transform(events);
+    }
+    let mut out = BatchOutput::empty();
+    for r in ranges {
+        out.append(t.transform(&slice_events(events, r.clone()))?, r.start as u32);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! wrote, is the checkpoint claimed. A run that fails to start leaves no metadata that would
 //! refuse the fixed pipeline.
 
+use std::path::Path;
 use std::time::Instant;
 
 use super::{Flush, Run, RunError, RunOptions, Stages};
@@ -18,6 +19,7 @@ use crate::checkpoint::{CheckpointDir, CheckpointError, Committed, Metadata, Pla
 use crate::ingest::Ingest;
 use crate::operator::Operator;
 use crate::pipeline::{LatePolicy, Pipeline};
+use crate::plugin::Own;
 use crate::side_output::{DeadLetters, LateEvents, SideOutput};
 use crate::source::Source;
 use crate::state::StateStore;
@@ -45,6 +47,18 @@ pub(super) fn start(
     stages: Stages,
     opts: &RunOptions,
 ) -> Result<(Run, Ingest, Recovered), RunError> {
+    let time = pipeline.windowed.as_ref().map(|w| &w.time);
+    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
+    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
+    let late_path = match time {
+        Some(t) if t.late == LatePolicy::SideOutput => {
+            Some(t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl")))
+        }
+        _ => None,
+    };
+    let cache = stages.runtime.as_ref().map(|r| r.cache_dir().to_path_buf());
+    keep_grants_clear(pipeline, &opts.checkpoint, &dead_path, late_path.as_deref(), cache.as_deref())?;
+
     let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;
     let fingerprint = fingerprint(pipeline);
     let identity = checkpoint.check(found.as_ref(), &pipeline.name, &fingerprint)?;
@@ -59,16 +73,10 @@ pub(super) fn start(
 
     let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
     let streams = source.stream_names();
-    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
-    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
     let dead = SideOutput::open(&dead_path, restored.map_or(0, |m| m.dead_letters_len))?;
-    let time = pipeline.windowed.as_ref().map(|w| &w.time);
-    let late = match time {
-        Some(t) if t.late == LatePolicy::SideOutput => {
-            let path = t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl"));
-            Some(SideOutput::open(&path, restored.map_or(0, |m| m.late_len))?)
-        }
-        _ => None,
+    let late = match &late_path {
+        Some(path) => Some(SideOutput::open(path, restored.map_or(0, |m| m.late_len))?),
+        None => None,
     };
     let watermark = time.map(|t| {
         let mut w = Watermark::new(t.delay_ms, t.idle_timeout);
@@ -109,6 +117,31 @@ pub(super) fn start(
         tracing::info!(batch = recovered.next_batch, "resuming {} from its checkpoint{again}", pipeline.name);
     }
     Ok((run, ingest, recovered))
+}
+
+/// Refuses a pipeline whose plugins are granted a directory that reaches the host's own files:
+/// the checkpoint and the component cache (any grant), the side outputs (a writable one).
+fn keep_grants_clear(
+    pipeline: &Pipeline,
+    checkpoint: &Path,
+    dead: &Path,
+    late: Option<&Path>,
+    cache: Option<&Path>,
+) -> Result<(), RunError> {
+    let mut own = vec![
+        Own { what: "the checkpoint", path: checkpoint, any_grant: true },
+        Own { what: "the dead-letter file", path: dead, any_grant: false },
+    ];
+    if let Some(path) = late {
+        own.push(Own { what: "the late-event file", path, any_grant: false });
+    }
+    if let Some(path) = cache {
+        own.push(Own { what: "the compiled-component cache", path, any_grant: true });
+    }
+    for stage in pipeline.stages() {
+        stage.grants.keep_clear_of(&stage.name, &own)?;
+    }
+    Ok(())
 }
 
 fn recover(checkpoint: &CheckpointDir, state: &StateStore) -> Result<Recovered, RunError> {

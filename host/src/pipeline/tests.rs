@@ -127,3 +127,115 @@ fn flush_at_end_is_the_run_s_choice_unless_the_file_makes_it() {
     assert_eq!(w(GOOD), None);
     assert_eq!(w(&GOOD.replace("delay = \"10 minutes\"", "delay = \"10 minutes\"\nflush_at_end = false")), Some(false));
 }
+
+mod any_input {
+    //! Whatever a pipeline file says, validation answers with a pipeline or an error naming a
+    //! key; it never panics, and what it accepts never overflows when used.
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn duration() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![
+                "0ms",
+                "500us",
+                "1ms",
+                "1s",
+                "1 minute",
+                "10 minutes",
+                "1h 30m",
+                "-1s",
+                "1.5s",
+                "",
+                "forever",
+                "500000000000 years",
+                "18446744073709551615s",
+                "99999999999999 days",
+            ])
+            .prop_map(String::from),
+            (any::<u64>(), prop::sample::select(vec!["ms", "s", "m", "h", "days", "years", "ns"]))
+                .prop_map(|(n, u)| format!("{n}{u}")),
+        ]
+    }
+
+    fn number() -> impl Strategy<Value = String> {
+        prop_oneof![
+            prop::sample::select(vec![0i128, 1, -1, 64, 65, 1024, 4096, 65_536, i64::MAX as i128, u64::MAX as i128])
+                .prop_map(|n| n.to_string()),
+            any::<i64>().prop_map(|n| n.to_string()),
+        ]
+    }
+
+    prop_compose! {
+        fn pipeline_file()(
+            window in prop::sample::select(vec!["tumbling", "sliding", "session", "hopping"]),
+            size in duration(), slide in duration(), gap in duration(), offset in duration(),
+            delay in duration(), lateness in duration(), idle in duration(),
+            trigger in prop::sample::select(vec!["processing-time", "once", "available-now", "continuous"]),
+            interval in duration(),
+            max_offsets in number(), parallelism in number(), retries in number(), backoff in duration(),
+            timeout in duration(), memory in number(), output in number(), recycle in number(), fuel in number(),
+            disk in number(),
+            mode in prop::sample::select(vec!["append", "update", "complete"]),
+            with_window in any::<bool>(), with_interval in any::<bool>(),
+        ) -> String {
+            let window_table = if with_window {
+                format!(
+                    "[watermark]\ndelay = \"{delay}\"\nallowed_lateness = \"{lateness}\"\nidle_timeout = \"{idle}\"\n\
+                     [window]\ntype = \"{window}\"\nsize = \"{size}\"\nslide = \"{slide}\"\ngap = \"{gap}\"\n\
+                     offset = \"{offset}\"\n[aggregate]\nplugin = \"a.wasm\"\n\
+                     limits = {{ call_timeout = \"{timeout}\", max_memory_mb = {memory}, max_output_mb = {output}, \
+                     recycle_after_calls = {recycle}, fuel = {fuel}, max_disk_mb = {disk} }}\n[output]\nmode = \"{mode}\"\n"
+                )
+            } else {
+                String::new()
+            };
+            let interval = if with_interval { format!("interval = \"{interval}\"\n") } else { String::new() };
+            format!(
+                "name = \"p\"\n[source]\ntype = \"replay\"\npath = \"e.jsonl\"\nmax_offsets_per_trigger = {max_offsets}\n\
+                 [trigger]\nmode = \"{trigger}\"\n{interval}[parse]\nplugin = \"p.wasm\"\nparallelism = {parallelism}\n\
+                 [failure]\nretries = {retries}\nbackoff = \"{backoff}\"\n{window_table}"
+            )
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+        #[test]
+        fn any_values_validate_or_are_refused_naming_a_key(text in pipeline_file()) {
+            match Pipeline::parse(&text, Path::new("p.toml")) {
+                Err(PipelineError::Invalid { key, .. }) => prop_assert!(!key.is_empty()),
+                Err(e) => prop_assert!(false, "not a validation error: {e}"),
+                Ok(p) => {
+                    // What was accepted can be used: windows for any event time, deadlines
+                    // and backoffs that do not overflow.
+                    if let Some(w) = &p.windowed
+                        && let crate::window::WindowSpec::Panes { size, slide, offset } = w.window
+                    {
+                        let panes = crate::window::Panes { size, slide, offset };
+                        for t in [i64::MIN, -1, 0, 1_800_000_000_000, i64::MAX] {
+                            if let Some(pane) = panes.pane_of(t) {
+                                prop_assert!(panes.windows_of(pane).count() as i64 <= MAX_WINDOWS_PER_EVENT);
+                            }
+                        }
+                    }
+                    for s in p.stages() {
+                        prop_assert!(std::time::Instant::now().checked_add(s.limits.call_timeout).is_some());
+                    }
+                    let mut wait = p.failure.backoff;
+                    for _ in 0..p.failure.retries {
+                        wait = wait.saturating_mul(2);
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn any_text_at_all_is_a_pipeline_or_an_error(text in "\\PC*") {
+            let _ = Pipeline::parse(&text, Path::new("p.toml"));
+        }
+    }
+}

@@ -4,8 +4,24 @@
 //! tens of microseconds. The key is the component's content hash plus the engine's
 //! compatibility hash, because an artifact compiled under one engine configuration (fuel on or
 //! off, another wasmtime) must not load into another.
+//!
+//! Loading an artifact is running native code in the host, so the cache loads only what this
+//! user's Weir wrote:
+//! - the directory is private: created `0700`, tightened to it if this user owns it, and not used
+//!   at all (a warning; components are compiled every time) if another user does;
+//! - every artifact carries a keyed digest of its name and bytes (blake3, keyed with 32 random
+//!   bytes kept in `key`, `0600`, in the same directory); one that does not verify is never
+//!   loaded, but compiled again and replaced;
+//! - a plugin may not be granted a directory that reaches the cache (start-up refuses it,
+//!   `grants.rs`).
+//!
+//! The default directory is the user's cache directory (`directories`); without a home there is
+//! none, and a private directory made for the process (deleted with it) takes its place.
 
+use std::fs::OpenOptions;
 use std::hash::{Hash, Hasher};
+use std::io::{Read, Write};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use wasmtime::Engine;
@@ -13,43 +29,175 @@ use wasmtime::component::Component;
 
 use super::PluginError;
 
+/// Bytes of the key, and of the digest in front of every artifact.
+const DIGEST: usize = 32;
+
 pub(super) struct ComponentCache {
     dir: PathBuf,
     engine_hash: u64,
+    /// `None`: the directory is not this user's own; nothing is read from or written to it.
+    key: Option<[u8; DIGEST]>,
+    /// A directory made for this process when there is no cache directory to use.
+    _scratch: Option<tempfile::TempDir>,
+}
+
+/// The default cache directory: `$WEIR_CACHE_DIR`, else this user's cache directory
+/// (`$XDG_CACHE_HOME/weir/components` or `~/.cache/weir/components` on Linux).
+pub(super) fn default_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("WEIR_CACHE_DIR") {
+        return Some(PathBuf::from(d));
+    }
+    directories::ProjectDirs::from("", "", "weir").map(|d| d.cache_dir().join("components"))
 }
 
 impl ComponentCache {
-    pub(super) fn new(dir: PathBuf, engine: &Engine) -> Self {
+    pub(super) fn new(dir: Option<PathBuf>, engine: &Engine) -> Self {
         let mut h = std::collections::hash_map::DefaultHasher::new();
         engine.precompile_compatibility_hash().hash(&mut h);
-        Self { dir, engine_hash: h.finish() }
+        let engine_hash = h.finish();
+        let (dir, scratch) = match dir {
+            Some(d) => (d, None),
+            None => match tempfile::Builder::new().prefix("weir-components-").tempdir() {
+                Ok(t) => (t.path().to_path_buf(), Some(t)),
+                Err(_) => (std::env::temp_dir().join("weir-no-cache"), None),
+            },
+        };
+        let key = match private(&dir).and_then(|()| key(&dir)) {
+            Ok(key) => Some(key),
+            Err(e) => {
+                tracing::warn!("component cache {} not used ({e}); components are compiled every time", dir.display());
+                None
+            }
+        };
+        Self { dir, engine_hash, key, _scratch: scratch }
+    }
+
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     pub(super) fn load(&self, engine: &Engine, path: &Path) -> Result<Component, PluginError> {
         let bytes = std::fs::read(path).map_err(|e| PluginError::Read { path: path.to_path_buf(), source: e })?;
-        let key = format!("{}-{:016x}.cwasm", blake3::hash(&bytes).to_hex(), self.engine_hash);
-        let cached = self.dir.join(&key);
-        if cached.exists() {
-            // SAFETY: the file was written by `Component::serialize` of an engine with the same
-            // compatibility hash (it is in the name), into a directory this process owns.
-            if let Ok(c) = unsafe { Component::deserialize_file(engine, &cached) } {
+        let name = format!("{}-{:016x}.cwasm", blake3::hash(&bytes).to_hex(), self.engine_hash);
+        let cached = self.dir.join(&name);
+        if let Some(key) = &self.key
+            && let Some(artifact) = read_verified(&cached, &name, key)
+        {
+            // SAFETY: the bytes are what `Component::serialize` of an engine with the same
+            // compatibility hash (it is in the name) produced in this user's private directory,
+            // as their keyed digest proves; nothing else is ever deserialized.
+            if let Ok(c) = unsafe { Component::deserialize(engine, &artifact) } {
                 return Ok(c);
             }
-            // A torn or foreign file: fall through and replace it.
         }
         let component = Component::new(engine, &bytes)
             .map_err(|e| PluginError::Compile { path: path.to_path_buf(), message: format!("{e:#}") })?;
         // The cache is an optimisation: failing to write it is not an error.
-        if let Ok(serialized) = component.serialize() {
-            // Per component and process: pipelines may compile components concurrently.
-            let tmp = self.dir.join(format!(".{key}.{}.tmp", std::process::id()));
-            let written = std::fs::create_dir_all(&self.dir)
-                .and_then(|()| std::fs::write(&tmp, serialized))
-                .and_then(|()| std::fs::rename(&tmp, &cached));
-            if let Err(e) = written {
-                tracing::debug!("component cache not written ({}): {e}", cached.display());
-            }
+        if let (Some(key), Ok(serialized)) = (&self.key, component.serialize())
+            && let Err(e) = write_signed(&self.dir, &cached, &name, key, &serialized)
+        {
+            tracing::debug!("component cache not written ({}): {e}", cached.display());
         }
         Ok(component)
+    }
+}
+
+/// Makes `dir` (and its missing parents) `0700`; refuses a directory another user owns.
+fn private(dir: &Path) -> std::io::Result<()> {
+    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    let meta = std::fs::symlink_metadata(dir)?;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    if !meta.is_dir() || meta.uid() != me {
+        return Err(std::io::Error::other("it is not a directory of this user's"));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+    }
+    Ok(())
+}
+
+/// The cache's key: read from `dir/key`, or made (random, `0600`) by the first process to need it.
+fn key(dir: &Path) -> std::io::Result<[u8; DIGEST]> {
+    let path = dir.join("key");
+    let fresh = crate::own_files::open(&path, OpenOptions::new().write(true).create_new(true).mode(0o600));
+    match fresh {
+        Ok(mut f) => {
+            let mut key = [0u8; DIGEST];
+            getrandom::fill(&mut key).map_err(std::io::Error::other)?;
+            f.write_all(&key)?;
+            f.sync_all()?;
+            Ok(key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mut f = crate::own_files::open(&path, OpenOptions::new().read(true))?;
+            let mut key = [0u8; DIGEST];
+            f.read_exact(&mut key)?;
+            Ok(key)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+fn digest(key: &[u8; DIGEST], name: &str, artifact: &[u8]) -> blake3::Hash {
+    let mut h = blake3::Hasher::new_keyed(key);
+    h.update(name.as_bytes()).update(&[0]).update(artifact);
+    h.finalize()
+}
+
+/// The artifact in `path` if its digest proves this cache wrote it under `name`.
+fn read_verified(path: &Path, name: &str, key: &[u8; DIGEST]) -> Option<Vec<u8>> {
+    let mut bytes = Vec::new();
+    crate::own_files::open(path, OpenOptions::new().read(true)).ok()?.read_to_end(&mut bytes).ok()?;
+    let tag: [u8; DIGEST] = bytes.get(..DIGEST)?.try_into().ok()?;
+    // `Hash`'s equality is constant-time.
+    if digest(key, name, &bytes[DIGEST..]) != blake3::Hash::from_bytes(tag) {
+        tracing::warn!("{}: its digest does not match; compiling the component again", path.display());
+        return None;
+    }
+    bytes.drain(..DIGEST);
+    Some(bytes)
+}
+
+/// Writes `artifact` with its digest to `path`, through a temporary file and a rename.
+fn write_signed(dir: &Path, path: &Path, name: &str, key: &[u8; DIGEST], artifact: &[u8]) -> std::io::Result<()> {
+    // Per component and process: pipelines may compile components concurrently.
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let mut f = crate::own_files::open(&tmp, OpenOptions::new().write(true).create(true).truncate(true).mode(0o600))?;
+    f.write_all(digest(key, name, artifact).as_bytes())?;
+    f.write_all(artifact)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_artifacts_signed_with_the_cache_s_key_under_their_name_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("c");
+        private(&cache).unwrap();
+        assert_eq!(std::fs::metadata(&cache).unwrap().mode() & 0o777, 0o700);
+        let k = key(&cache).unwrap();
+        assert_eq!(key(&cache).unwrap(), k, "the key is made once");
+        let a = cache.join("a.cwasm");
+        write_signed(&cache, &a, "a.cwasm", &k, b"native code").unwrap();
+        assert_eq!(read_verified(&a, "a.cwasm", &k).as_deref(), Some(&b"native code"[..]));
+        assert_eq!(read_verified(&a, "b.cwasm", &k), None, "moved under another name");
+        let mut bytes = std::fs::read(&a).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        std::fs::write(&a, bytes).unwrap();
+        assert_eq!(read_verified(&a, "a.cwasm", &k), None, "changed");
+        assert_eq!(read_verified(&a, "a.cwasm", &[0; DIGEST]), None);
+    }
+
+    #[test]
+    fn a_permissive_directory_of_ours_is_tightened() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        private(dir.path()).unwrap();
+        assert_eq!(std::fs::metadata(dir.path()).unwrap().mode() & 0o777, 0o700);
     }
 }

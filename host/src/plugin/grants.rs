@@ -13,7 +13,7 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
@@ -118,6 +118,61 @@ impl Grants {
             network.extend(addrs);
         }
         Ok(Resolved { grants: self.clone(), env, network })
+    }
+}
+
+/// One of the host's own places a grant must stay clear of.
+pub(crate) struct Own<'a> {
+    /// What it is, for the error: "the checkpoint", "the dead-letter file", ...
+    pub what: &'static str,
+    pub path: &'a Path,
+    /// Any grant near it is refused (the checkpoint, the component cache: a read grant would
+    /// show a plugin other pipelines' state or code); otherwise only a writable grant over it
+    /// (a side-output file, where a planted link would redirect the host's writes).
+    pub any_grant: bool,
+}
+
+impl Grants {
+    /// Refuses a directory grant that reaches one of the host's own places: contains it, or
+    /// lies inside it.
+    pub(crate) fn keep_clear_of(&self, stage: &str, own: &[Own]) -> Result<(), PluginError> {
+        for d in &self.dirs {
+            let dir = resolved(&d.host);
+            for o in own.iter().filter(|o| o.any_grant || d.writable) {
+                let path = resolved(o.path);
+                if path.starts_with(&dir) || (o.any_grant && dir.starts_with(&path)) {
+                    return Err(PluginError::Grant {
+                        stage: stage.to_string(),
+                        what: format!("directory {}", d.host.display()),
+                        message: format!(
+                            "it reaches {} ({}), which only the host may touch; grant a directory of its own",
+                            o.what,
+                            o.path.display()
+                        ),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A path with its longest existing prefix canonical (links resolved), the rest as written: what
+/// it will be when created.
+fn resolved(p: &Path) -> PathBuf {
+    let mut existing = p;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(c) = std::fs::canonicalize(existing) {
+            return rest.iter().rev().fold(c, |acc: PathBuf, part| acc.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
+        }
     }
 }
 
@@ -235,5 +290,32 @@ mod tests {
         assert_eq!(bad(Grants { dirs, ..ok.clone() }), "dirs[0].guest");
         let e = ok.resolve("s").unwrap_err().to_string();
         assert!(e.contains("no-such-host.invalid"), "{e}");
+    }
+
+    #[test]
+    fn a_grant_may_not_reach_the_host_s_own_places() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let grant = |host: &Path, writable| Grants {
+            dirs: vec![DirGrant { host: host.to_path_buf(), guest: "/g".into(), writable }],
+            ..Grants::default()
+        };
+        let checkpoint = dir.path().join("cp");
+        let dead = out.join("dead-letters.jsonl");
+        let own = [
+            Own { what: "the checkpoint", path: &checkpoint, any_grant: true },
+            Own { what: "the dead-letter file", path: &dead, any_grant: false },
+        ];
+        let e = grant(&out, true).keep_clear_of("s", &own).unwrap_err().to_string();
+        assert!(e.contains("the dead-letter file") && e.contains("grant a directory of its own"), "{e}");
+        assert!(grant(&out, false).keep_clear_of("s", &own).is_ok(), "reading beside a side output is harmless");
+        assert!(grant(dir.path(), false).keep_clear_of("s", &own).is_err(), "any grant over the checkpoint");
+        assert!(grant(&checkpoint.join("state"), false).keep_clear_of("s", &own).is_err(), "or inside it");
+        assert!(grant(&dir.path().join("elsewhere"), true).keep_clear_of("s", &own).is_ok());
+        // A link to the checkpoint is the checkpoint.
+        std::fs::create_dir_all(&checkpoint).unwrap();
+        let alias = dir.path().join("alias");
+        std::os::unix::fs::symlink(&checkpoint, &alias).unwrap();
+        assert!(grant(&alias, false).keep_clear_of("s", &own).is_err());
     }
 }

@@ -33,6 +33,8 @@ pub(crate) struct HostState {
     pub(super) deadline: Instant,
     pub(super) log: LogBudget,
     pub(super) metrics: Arc<PluginMetrics>,
+    /// One bucket per writable grant (`disk.rs`).
+    pub(super) disk: Vec<Arc<super::disk::Bucket>>,
 }
 
 impl HostState {

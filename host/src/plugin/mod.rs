@@ -15,6 +15,7 @@
 //! `docs/security.md` is the user-facing version of this contract.
 
 mod cache;
+mod disk;
 mod error;
 mod grants;
 mod host;
@@ -37,7 +38,7 @@ pub(crate) use bindings::weir::plugin::types::{
     BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind,
 };
 pub(crate) use error::{PluginError, WitError};
-pub(crate) use grants::{DirGrant, Grants};
+pub(crate) use grants::{DirGrant, Grants, Own};
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
 pub(crate) use spec::{LimitsFile, StageSpec};
 
@@ -121,10 +122,11 @@ impl Drop for PipelineGuard {
 }
 
 impl Runtime {
-    /// Creates the engine. Compiled components are cached under `cache_dir`. `fuel` turns on
+    /// Creates the engine. Compiled components are cached under `cache_dir` (`None`: in a
+    /// private directory of this process's). `fuel` turns on
     /// fuel metering for every plugin in the process (code compiled with it runs slower, so it
     /// is on only when some stage sets `limits.fuel`).
-    pub(crate) fn new(cache_dir: PathBuf, fuel: bool) -> Result<Arc<Self>, PluginError> {
+    pub(crate) fn new(cache_dir: Option<PathBuf>, fuel: bool) -> Result<Arc<Self>, PluginError> {
         let mut config = Config::new();
         config.epoch_interruption(true);
         config.consume_fuel(fuel);
@@ -139,6 +141,7 @@ impl Runtime {
         bindings::Plugin::add_to_linker::<_, wasmtime::component::HasSelf<_>>(&mut linker, |s| s)
             .map_err(|e| PluginError::Engine(e.to_string()))?;
         waits::bound_waits(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
+        disk::bound_writes(&mut linker).map_err(|e| PluginError::Engine(format!("{e:#}")))?;
 
         let ticker = Arc::new(AtomicBool::new(true));
         let (e, alive) = (engine.clone(), ticker.clone());
@@ -173,17 +176,15 @@ impl Runtime {
         PipelineGuard(self.pipelines.clone())
     }
 
-    /// The default cache directory: `$WEIR_CACHE_DIR`, else `$XDG_CACHE_HOME/weir/components`,
-    /// else `~/.cache/weir/components`.
-    pub(crate) fn default_cache_dir() -> PathBuf {
-        if let Some(d) = std::env::var_os("WEIR_CACHE_DIR") {
-            return PathBuf::from(d);
-        }
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-            .unwrap_or_else(std::env::temp_dir);
-        base.join("weir").join("components")
+    /// The default cache directory: `$WEIR_CACHE_DIR`, else this user's cache directory
+    /// (`cache.rs`); `None` without a home.
+    pub(crate) fn default_cache_dir() -> Option<PathBuf> {
+        cache::default_dir()
+    }
+
+    /// Where compiled components are kept.
+    pub(crate) fn cache_dir(&self) -> &Path {
+        self.cache.dir()
     }
 
     fn load(&self, path: &Path) -> Result<Component, PluginError> {

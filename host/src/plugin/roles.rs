@@ -172,6 +172,10 @@ fn settle(out: &mut BatchOutput) {
 pub(crate) trait ParseFns: Send {
     /// Parses a whole batch; origins in the output index into `input`'s records.
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError>;
+    /// Bytes one call may hand back (`limits.max_output_mb`): callers cut batches well below.
+    fn max_call_bytes(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// A parser stage.
@@ -189,12 +193,20 @@ impl ParseFns for Parser {
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
         accept(&self.0, input.value_ends.len(), out)
     }
+
+    fn max_call_bytes(&self) -> usize {
+        self.0.limits().max_output
+    }
 }
 
 /// What the engine needs of a transformer stage: the Wasm [`Transformer`], or host code.
 pub(crate) trait TransformFns: Send {
     /// Transforms a whole batch; origins in the output index into `input`'s events.
     fn transform(&mut self, input: &EventBatch) -> Result<BatchOutput, PluginError>;
+    /// Bytes one call may hand back (`limits.max_output_mb`): callers cut batches well below.
+    fn max_call_bytes(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// A transformer stage.
@@ -211,6 +223,10 @@ impl TransformFns for Transformer {
         self.0.recycle_if_due();
         let out = self.0.call(|g, s| g.call_transform(s, input))?;
         accept(&self.0, input.times.len(), out)
+    }
+
+    fn max_call_bytes(&self) -> usize {
+        self.0.limits().max_output
     }
 }
 

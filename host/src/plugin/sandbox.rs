@@ -14,6 +14,7 @@ use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi_http::WasiHttpCtx;
 
+use super::disk::Bucket;
 use super::error::{PluginError, WitError};
 use super::grants::Resolved;
 use super::host::{HostState, LogBudget, Minute};
@@ -51,6 +52,8 @@ pub(crate) struct Sandbox<R: Role> {
     grants: Resolved,
     /// This minute's `host.log` budget, shared by the stage's instances.
     log_minute: Arc<Mutex<Minute>>,
+    /// What each writable grant holds, against `limits.max_disk_mb`; shared by the instances.
+    disk: Vec<Arc<Bucket>>,
     live: Option<(Store<HostState>, R::Guest)>,
     /// Ticks before a call's first check: its fair slice, or its deadline if sooner.
     first_check_ticks: u64,
@@ -86,12 +89,15 @@ impl<R: Role> Sandbox<R> {
             )));
         }
         let metrics = runtime.metrics.register(labels(&spec));
+        let writable = spec.grants.dirs.iter().filter(|d| d.writable);
+        let disk = writable.map(|d| Arc::new(Bucket::new(&d.host, spec.limits.max_disk))).collect();
         let mut sandbox = Self {
             spec: Arc::new(spec),
             pre,
             indices,
             grants,
             log_minute: LogBudget::minute(),
+            disk,
             live: None,
             first_check_ticks,
             pipelines: runtime.pipelines.clone(),
@@ -141,6 +147,7 @@ impl<R: Role> Sandbox<R> {
             deadline: Instant::now() + spec.limits.call_timeout,
             log: LogBudget::new(self.log_minute.clone()),
             metrics: self.metrics.clone(),
+            disk: self.disk.clone(),
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);

@@ -260,7 +260,9 @@ impl KafkaSource {
             }
         }
         self.resume_all()?;
-        while open > 0 {
+        // Past the byte cap the batch ends where each partition stands: its recorded end says
+        // so, and a re-run reads exactly that.
+        while open > 0 && batch.records.values.len() < super::MAX_BATCH_BYTES {
             self.check_stop()?;
             let m = match self.consumer.poll(POLL) {
                 None => {
@@ -302,14 +304,8 @@ impl KafkaSource {
 
     fn push_early(&mut self, batch: &mut SourceBatch, i: usize, e: Early) {
         let part = &mut self.parts[i];
-        let index = batch.len() as u32;
-        batch.records.headers.extend(e.headers.into_iter().map(|(name, value)| crate::plugin::Header {
-            index,
-            name,
-            value,
-        }));
         let pos = Position { stream: part.stream, partition: part.partition, offset: e.offset, line: 0 };
-        batch.push(&e.value, &e.key, e.timestamp, pos);
+        batch.push(&e.value, &e.key, e.timestamp, pos, e.headers);
         part.next = e.offset + 1;
     }
 
@@ -435,16 +431,12 @@ fn start_offset(
 }
 
 fn push_message<M: Message>(batch: &mut SourceBatch, stream: u16, m: &M) {
-    let index = batch.len() as u32;
-    if let Some(hs) = m.headers() {
-        for h in hs.iter() {
-            let value = h.value.unwrap_or_default().to_vec();
-            batch.records.headers.push(crate::plugin::Header { index, name: h.key.to_string(), value });
-        }
-    }
+    let headers = m.headers().into_iter().flat_map(|hs| {
+        hs.iter().map(|h| (h.key.to_string(), h.value.unwrap_or_default().to_vec())).collect::<Vec<_>>()
+    });
     let pos = Position { stream, partition: m.partition(), offset: m.offset(), line: 0 };
     let ts = m.timestamp().to_millis().unwrap_or(-1);
-    batch.push(m.payload().unwrap_or_default(), m.key().unwrap_or_default(), ts, pos);
+    batch.push(m.payload().unwrap_or_default(), m.key().unwrap_or_default(), ts, pos, headers);
 }
 
 fn detach<M: Message>(m: &M) -> Early {

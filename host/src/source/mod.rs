@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use serde::{Deserialize, Serialize};
 
 use crate::pipeline::{SourceConfig, SourceKind};
-use crate::plugin::RawBatch;
+use crate::plugin::{Header, RawBatch};
 
 pub(crate) use kafka::TopicOffset;
 pub(crate) use replay::ReplayPosition;
@@ -31,6 +31,13 @@ pub(crate) enum SourceError {
     #[error("the checkpoint's offsets are for a {found} source, this pipeline reads {expected}")]
     WrongOffsets { expected: &'static str, found: &'static str },
 }
+
+/// Bytes of record values one batch may hold (a source stops a batch there): well inside the
+/// 32-bit offsets of a batch's columns, whatever `max_offsets_per_trigger` or `once` asks.
+pub(crate) const MAX_BATCH_BYTES: usize = 1 << 30;
+
+/// Bytes one record may have. A longer one is a dead letter, with its first KiB.
+pub(crate) const MAX_RECORD_BYTES: usize = 64 << 20;
 
 /// Where one record came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +92,27 @@ impl SourceBatch {
         b
     }
 
-    fn push(&mut self, value: &[u8], key: &[u8], timestamp: i64, position: Position) {
+    /// Adds a record with its headers (name, value); one over [`MAX_RECORD_BYTES`] becomes a bad
+    /// record instead.
+    fn push(
+        &mut self,
+        value: &[u8],
+        key: &[u8],
+        timestamp: i64,
+        position: Position,
+        headers: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) {
+        if value.len() + key.len() > MAX_RECORD_BYTES {
+            let error = format!(
+                "a record of {} bytes; records are at most {} MiB",
+                value.len() + key.len(),
+                MAX_RECORD_BYTES >> 20
+            );
+            self.bad.push(BadRecord { position, error, raw: value[..value.len().min(1 << 10)].to_vec() });
+            return;
+        }
+        let index = self.len() as u32;
+        self.records.headers.extend(headers.into_iter().map(|(name, value)| Header { index, name, value }));
         let r = &mut self.records;
         crate::columns::push(&mut r.values, &mut r.value_ends, value);
         crate::columns::push(&mut r.keys, &mut r.key_ends, key);

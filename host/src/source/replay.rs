@@ -8,9 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{BadRecord, Position, SourceBatch};
+use super::{BadRecord, MAX_BATCH_BYTES, MAX_RECORD_BYTES, Position, SourceBatch};
 use crate::pipeline::ReplayFormat;
-use crate::plugin::Header;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ReplayError {
@@ -87,18 +86,20 @@ impl ReplaySource {
     /// its newline is read only when `to_the_end` (a bounded run, which must not lose it);
     /// otherwise it may still be being written, and waits for its newline.
     pub(crate) fn next_batch(&mut self, max: usize, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
-        self.read(max, u64::MAX, to_the_end)
+        self.read(max, u64::MAX, to_the_end, MAX_BATCH_BYTES)
     }
 
-    /// Reads every line before byte `end.byte`: a recorded batch, again.
+    /// Reads every line before byte `end.byte`: a recorded batch, again (the byte cap it met the
+    /// first time is where `end` is).
     pub(crate) fn read_until(&mut self, end: ReplayPosition) -> Result<SourceBatch, ReplayError> {
-        self.read(usize::MAX, end.byte, true)
+        self.read(usize::MAX, end.byte, true, usize::MAX)
     }
 
-    fn read(&mut self, max: usize, end: u64, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
+    /// Reads up to `max` records, up to byte `end`, stopping once the batch holds `cap` bytes.
+    fn read(&mut self, max: usize, end: u64, to_the_end: bool, cap: usize) -> Result<SourceBatch, ReplayError> {
         let io = |path: &Path, e| ReplayError::Io { path: path.to_path_buf(), source: e };
         let mut batch = SourceBatch::with_capacity(max.min(1 << 16));
-        while batch.len() + batch.bad.len() < max && self.pos < end {
+        while batch.len() + batch.bad.len() < max && self.pos < end && batch.records.values.len() < cap {
             // Lines are taken straight from the reader's buffer; one that straddles the end of
             // the buffer (or the file's last, unfinished line) is collected in `buf`.
             let available = self.reader.fill_buf().map_err(|e| io(&self.path, e))?;
@@ -106,10 +107,20 @@ impl ReplaySource {
             let (line, n, buffered) = match memchr::memchr(b'\n', available) {
                 Some(i) => (&available[..i], i + 1, true),
                 None => {
-                    self.buf.clear();
-                    let n = self.reader.read_until(b'\n', &mut self.buf).map_err(|e| io(&self.path, e))?;
+                    let (n, truncated) =
+                        read_line_capped(&mut self.reader, &mut self.buf).map_err(|e| io(&self.path, e))?;
                     if n == 0 {
                         break;
+                    }
+                    if truncated {
+                        self.pos += n as u64;
+                        self.line += 1;
+                        let position =
+                            Position { stream: 0, partition: 0, offset: self.line as i64 - 1, line: self.line };
+                        let error = format!("a line of {n} bytes; records are at most {} MiB", MAX_RECORD_BYTES >> 20);
+                        self.buf.truncate(1 << 10);
+                        batch.bad.push(BadRecord { position, error, raw: std::mem::take(&mut self.buf) });
+                        continue;
                     }
                     if self.buf.last() == Some(&b'\n') {
                         (&self.buf[..n - 1], n, false)
@@ -135,14 +146,11 @@ impl ReplaySource {
             if !line.iter().all(u8::is_ascii_whitespace) {
                 let default_pos = Position { stream: 0, partition: 0, offset: self.line as i64 - 1, line: self.line };
                 match self.format {
-                    ReplayFormat::Envelope => match decode_envelope(line, default_pos, batch.len() as u32) {
-                        Ok((value, key, ts, pos, headers)) => {
-                            batch.records.headers.extend(headers);
-                            batch.push(&value, key.as_bytes(), ts, pos);
-                        }
+                    ReplayFormat::Envelope => match decode_envelope(line, default_pos) {
+                        Ok((value, key, ts, pos, headers)) => batch.push(&value, key.as_bytes(), ts, pos, headers),
                         Err(error) => batch.bad.push(BadRecord { position: default_pos, error, raw: line.to_vec() }),
                     },
-                    _ => batch.push(line, b"", -1, default_pos),
+                    _ => batch.push(line, b"", -1, default_pos, []),
                 }
             }
             if buffered {
@@ -153,9 +161,34 @@ impl ReplaySource {
     }
 }
 
-type Decoded = (Vec<u8>, String, i64, Position, Vec<Header>);
+/// Reads one line into `buf` (cleared first), keeping at most [`MAX_RECORD_BYTES`] of it and
+/// reading past the rest; returns the bytes it took from the file and whether it cut the line.
+fn read_line_capped(r: &mut impl BufRead, buf: &mut Vec<u8>) -> std::io::Result<(usize, bool)> {
+    buf.clear();
+    let (mut n, mut cut) = (0, false);
+    loop {
+        let available = r.fill_buf()?;
+        if available.is_empty() {
+            return Ok((n, cut));
+        }
+        let (take, done) = match memchr::memchr(b'\n', available) {
+            Some(i) => (i + 1, true),
+            None => (available.len(), false),
+        };
+        let room = (MAX_RECORD_BYTES + 1).saturating_sub(buf.len());
+        buf.extend_from_slice(&available[..take.min(room)]);
+        cut |= take > room;
+        r.consume(take);
+        n += take;
+        if done {
+            return Ok((n, cut));
+        }
+    }
+}
 
-fn decode_envelope(line: &[u8], default: Position, index: u32) -> Result<Decoded, String> {
+type Decoded = (Vec<u8>, String, i64, Position, Vec<(String, Vec<u8>)>);
+
+fn decode_envelope(line: &[u8], default: Position) -> Result<Decoded, String> {
     let e: Envelope = serde_json::from_slice(line).map_err(|e| format!("not a recorded-event envelope: {e}"))?;
     let value = match (e.value, e.value_base64) {
         (Some(serde_json::Value::String(s)), None) => s.into_bytes(),
@@ -178,7 +211,7 @@ fn decode_envelope(line: &[u8], default: Position, index: u32) -> Result<Decoded
                 serde_json::Value::String(s) => s.into_bytes(),
                 other => other.to_string().into_bytes(),
             };
-            Header { index, name, value }
+            (name, value)
         })
         .collect();
     let pos = Position {
@@ -296,5 +329,72 @@ mod tests {
         let mut again = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition { byte: 8, line: 1 }).unwrap();
         let b = again.read_until(ReplayPosition { byte: 15, line: 2 }).unwrap();
         assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"a\":2}"[..], 2));
+    }
+
+    proptest::proptest! {
+        /// Any bytes, read in batches of any size, either way a line may end: every non-blank
+        /// line is one record or one bad record, in order, at its own line; nothing panics.
+        #[test]
+        fn any_file_reads_as_records_and_bad_records_line_by_line(
+            lines in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40),
+                    proptest::prelude::Just(br#"{"value":"v","partition":1,"offset":-5,"headers":{"h":1}}"#.to_vec()),
+                    proptest::prelude::Just(br#"{"value_base64":"!!","key":"k"}"#.to_vec()),
+                ],
+                0..30,
+            ),
+            batch in 1usize..8,
+            envelope in proptest::prelude::any::<bool>(),
+        ) {
+            let lines: Vec<Vec<u8>> = lines.into_iter().map(|l| l.into_iter().filter(|&b| b != b'\n').collect()).collect();
+            let mut text = lines.join(&b'\n');
+            text.push(b'\n');
+            let f = tempfile::NamedTempFile::new().unwrap();
+            std::fs::write(f.path(), &text).unwrap();
+            let format = if envelope { ReplayFormat::Envelope } else { ReplayFormat::Auto };
+            let mut s = ReplaySource::open(f.path(), format, ReplayPosition::default()).unwrap();
+            let mut seen = Vec::new();
+            loop {
+                let b = s.next_batch(batch, true).unwrap();
+                if b.is_empty() {
+                    break;
+                }
+                seen.extend(b.positions.iter().map(|p| p.line));
+                seen.extend(b.bad.iter().map(|p| p.position.line));
+            }
+            seen.sort_unstable();
+            let want: Vec<u64> = lines
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| !l.strip_suffix(b"\r").unwrap_or(l).iter().all(u8::is_ascii_whitespace))
+                .map(|(i, _)| i as u64 + 1)
+                .collect();
+            proptest::prop_assert_eq!(seen, want);
+        }
+    }
+
+    #[test]
+    fn a_batch_stops_at_its_byte_cap_and_a_re_read_reads_the_same() {
+        let f = file(&"{\"a\":1}\n".repeat(100));
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        let b = s.read(usize::MAX, u64::MAX, true, 50).unwrap();
+        assert_eq!(b.len(), 8, "the eighth record of 7 bytes reaches 50");
+        let end = s.position();
+        let mut again = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
+        assert_eq!(again.read_until(end).unwrap().len(), 8);
+    }
+
+    #[test]
+    fn a_line_over_the_record_limit_is_a_bad_record_and_the_next_line_is_read() {
+        let mut text = vec![b'x'; MAX_RECORD_BYTES + 10];
+        text.extend_from_slice(b"\n{\"a\":1}\n");
+        let f = file("");
+        std::fs::write(f.path(), &text).unwrap();
+        let mut s = ReplaySource::open(f.path(), ReplayFormat::Lines, ReplayPosition::default()).unwrap();
+        let b = s.next_batch(10, true).unwrap();
+        assert_eq!((b.bad.len(), b.bad[0].raw.len(), b.len()), (1, 1 << 10, 1));
+        assert!(b.bad[0].error.contains("at most 64 MiB"), "{}", b.bad[0].error);
+        assert_eq!(b.positions[0].line, 2);
     }
 }

@@ -12,7 +12,10 @@
 //! - `net`: connects to the TCP address in `"to"`;
 //! - `output`: emits a 16 MiB row (the output cap);
 //! - `leak`: keeps 1 MiB forever in a static, then parses as an order (instance recycling);
-//! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check.
+//! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check;
+//! - `symlink`: plants `/scratch/dead-letters.jsonl -> ../victim.txt` in its writable grant (a
+//!   relative target, which WASI allows), for a host that writes there to follow;
+//! - `disk`: writes 256 MiB into `/scratch/flood` (the disk limit).
 //!
 //! It is also an aggregator that counts events, and attacks on the events that ask it to:
 //! `{"aggregate": "loop" | "panic", "order_ts": ...}` (the parser passes those through). It
@@ -102,6 +105,24 @@ impl Parser for Hostile {
                 let seed = std::collections::hash_map::RandomState::new();
                 use std::hash::BuildHasher;
                 out.emit(0, None, &serde_json::json!({ "hash": seed.hash_one(1u8) }))
+            }
+            "symlink" => {
+                let (target, link) = (c"../victim.txt", c"/scratch/dead-letters.jsonl");
+                // SAFETY: two NUL-terminated strings; wasi-libc's symlink reads nothing else.
+                match unsafe { libc::symlink(target.as_ptr(), link.as_ptr()) } {
+                    0 => out.emit(0, None, &serde_json::json!({ "planted": true })),
+                    _ => Err(RecordError::invalid_value(format!("symlink: {}", std::io::Error::last_os_error()))),
+                }
+            }
+            "disk" => {
+                use std::io::Write;
+                let chunk = vec![7u8; 1 << 20];
+                let written = std::fs::File::create("/scratch/flood")
+                    .and_then(|mut f| (0..256).try_for_each(|_| f.write_all(&chunk)));
+                match written {
+                    Ok(()) => out.emit(0, None, &serde_json::json!({ "wrote_mb": 256 })),
+                    Err(e) => Err(RecordError::invalid_value(format!("disk: {e}"))),
+                }
             }
             other => Err(RecordError::invalid_value(format!("unknown attack {other}"))),
         }
