@@ -91,6 +91,17 @@ fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
     produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
 
     let p = kafka_pipeline(dir.path(), &broker.brokers(), "orders", 1_000, "mode = \"available-now\"");
+    // A small prefetch, so that the run still needs the broker when it is killed (the client
+    // would otherwise hold the whole topic by then).
+    let text = std::fs::read_to_string(&p).unwrap();
+    std::fs::write(
+        &p,
+        text.replace(
+            "kafka.fetch.wait.max.ms = 10",
+            "kafka.fetch.wait.max.ms = 10\nkafka.queued.max.messages.kbytes = 64",
+        ),
+    )
+    .unwrap();
     let mut child = weir()
         .arg("run")
         .arg(&p)
@@ -110,7 +121,8 @@ fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
     broker.kill();
     let mut log = String::new();
     loop {
-        let line = lines.next().expect("weir ended without noticing the broker was gone").unwrap();
+        let Some(line) = lines.next() else { panic!("weir ended without noticing the broker was gone:\n{log}") };
+        let line = line.unwrap();
         log.push_str(&line);
         log.push('\n');
         if line.contains("retrying") || line.contains("keeps retrying") {

@@ -134,20 +134,29 @@ impl StateStore {
     /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic write,
     /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
     pub(crate) fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
-        let mut batch = WriteBatch::default();
-        for (k, v) in std::mem::take(&mut self.staged) {
-            match v {
-                Some(v) => batch.put(k, v),
-                None => batch.delete(k),
-            }
-        }
-        batch.put(META, meta);
+        let batch = write_batch(std::mem::take(&mut self.staged), meta);
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.err(e))?;
         if self.fsync {
             let db = self.db.clone();
             syncs.spawn(self.path.clone(), move || db.flush_wal(true).map_err(std::io::Error::other));
         }
         Ok(())
+    }
+
+    /// [`StateStore::commit`] as a job to run elsewhere, synced before it returns: continuous
+    /// mode commits off the record path. The store shows the staged changes only once the job
+    /// has run, so nothing may read them before (continuous pipelines stage none).
+    pub(crate) fn commit_later(&mut self, meta: Vec<u8>) -> impl FnOnce() -> Result<(), StateError> + Send + 'static {
+        let staged = std::mem::take(&mut self.staged);
+        let (db, path, fsync) = (self.db.clone(), self.path.clone(), self.fsync);
+        move || {
+            let err = |e| StateError::Db { path: path.clone(), source: e };
+            db.write_opt(write_batch(staged, &meta), &WriteOptions::default()).map_err(err)?;
+            if fsync {
+                db.flush_wal(true).map_err(err)?;
+            }
+            Ok(())
+        }
     }
 
     /// The checkpoint record of the last committed batch.
@@ -159,6 +168,19 @@ impl StateStore {
     pub(crate) fn estimated_keys(&self) -> u64 {
         self.db.property_int_value("rocksdb.estimate-num-keys").ok().flatten().unwrap_or(0)
     }
+}
+
+/// Staged changes and the checkpoint record as one atomic write.
+fn write_batch(staged: BTreeMap<Vec<u8>, Option<Vec<u8>>>, meta: &[u8]) -> WriteBatch {
+    let mut batch = WriteBatch::default();
+    for (k, v) in staged {
+        match v {
+            Some(v) => batch.put(k, v),
+            None => batch.delete(k),
+        }
+    }
+    batch.put(META, meta);
+    batch
 }
 
 /// Big-endian with the sign bit flipped, so byte order is numeric order.

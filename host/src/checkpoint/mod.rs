@@ -240,14 +240,13 @@ impl CheckpointDir {
     /// Records batch `c.batch_id` as done and forgets batches older than [`RETAIN`]. Not synced:
     /// the state's synced record of the batch is the truth, and recovery rewrites a lost entry.
     pub(crate) fn commit(&self, c: &Committed) -> Result<(), CheckpointError> {
-        write_json(&self.entry("commits", c.batch_id), c, false)?;
-        if let Some(old) = c.batch_id.checked_sub(RETAIN) {
-            for sub in ["offsets", "commits"] {
-                // Best effort: a leftover old entry is harmless, and is removed next time.
-                let _ = fs::remove_file(self.entry(sub, old));
-            }
-        }
-        Ok(())
+        record_commit(&self.dir, c)
+    }
+
+    /// [`CheckpointDir::commit`] as a job to run elsewhere, after the state's write.
+    pub(crate) fn commit_later(&self, c: Committed) -> impl FnOnce() -> Result<(), CheckpointError> + Send + 'static {
+        let dir = self.dir.clone();
+        move || record_commit(&dir, &c)
     }
 
     pub(crate) fn committed(&self, batch_id: u64) -> Result<Option<Committed>, CheckpointError> {
@@ -266,8 +265,23 @@ impl CheckpointDir {
     }
 
     fn entry(&self, log: &str, batch_id: u64) -> PathBuf {
-        self.dir.join(log).join(batch_id.to_string())
+        entry(&self.dir, log, batch_id)
     }
+}
+
+fn entry(dir: &Path, log: &str, batch_id: u64) -> PathBuf {
+    dir.join(log).join(batch_id.to_string())
+}
+
+fn record_commit(dir: &Path, c: &Committed) -> Result<(), CheckpointError> {
+    write_json(&entry(dir, "commits", c.batch_id), c, false)?;
+    if let Some(old) = c.batch_id.checked_sub(RETAIN) {
+        for sub in ["offsets", "commits"] {
+            // Best effort: a leftover old entry is harmless, and is removed next time.
+            let _ = fs::remove_file(entry(dir, sub, old));
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn now_ms() -> i64 {

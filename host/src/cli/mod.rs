@@ -2,10 +2,10 @@
 //! commands that are more than a call into the engine have a file each.
 
 mod bench;
+mod broker;
 mod demo;
 mod exit;
 mod inspect;
-mod latency;
 mod metrics;
 mod record;
 mod run;
@@ -98,6 +98,11 @@ enum Command {
         /// With --latency: how long to produce.
         #[arg(long, default_value_t = 10)]
         seconds: u64,
+        /// With --latency: time a baseline instead of the pipeline, with the same producer and
+        /// reader: `broker` reads the input topic itself, `relay` passes the same orders on with
+        /// a bare consumer and producer (the pipeline's Kafka settings, no engine).
+        #[arg(long, requires = "latency", value_enum)]
+        baseline: Option<bench::latency::Baseline>,
         /// Parse and aggregate with the host-code baseline (the same logic as the orders-json
         /// and error-rate plugins) instead of the Wasm plugins.
         #[arg(long)]
@@ -110,8 +115,16 @@ enum Command {
         #[arg(long)]
         no_fsync: bool,
         /// Run half the events, then restart on the rest and time the first batch.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "kafka")]
         restart: bool,
+        /// Produce the events into the embedded broker first, then read them from there
+        /// (the pipeline's own Kafka source if it has one, else a Kafka source in place of its
+        /// file).
+        #[arg(long)]
+        kafka: bool,
+        /// Also write the rows to this file (JSON lines), to check them.
+        #[arg(long)]
+        rows: Option<std::path::PathBuf>,
     },
     /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
     Inspect {
@@ -236,20 +249,38 @@ fn dispatch(command: Command) -> Result<Exit> {
             eprintln!("events={n} seed={seed} very_late={very_late}");
             Ok(Exit::Done)
         }
-        Command::Bench { pipeline, latency: false, events, seed, native, cores, no_fsync, restart, .. } => {
+        Command::Bench {
+            pipeline,
+            latency: false,
+            events,
+            seed,
+            native,
+            cores,
+            no_fsync,
+            restart,
+            kafka,
+            rows,
+            ..
+        } => {
             let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-error-rate/pipeline.toml".into());
-            let args =
-                bench::BenchArgs { pipeline: run::load(&pipeline)?, events, seed, native, cores, no_fsync, restart };
+            let pipeline = run::load(&pipeline)?;
+            let args = bench::BenchArgs { pipeline, events, seed, native, cores, no_fsync, restart, kafka, rows };
             bench::bench(args)?;
             Ok(Exit::Done)
         }
-        Command::Bench { pipeline, latency: true, rate, seconds, .. } => {
+        Command::Bench { pipeline, latency: true, rate, seconds, baseline, rows, .. } => {
             let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
-            let args = latency::LatencyArgs { pipeline: run::load(&pipeline)?, rate, seconds };
+            let args = bench::latency::LatencyArgs { pipeline: run::load(&pipeline)?, rate, seconds, baseline, rows };
             let runtime = run::runtime([&args.pipeline])?;
-            let l = latency::measure(args, &runtime)?;
+            let l = bench::latency::measure(args, &runtime)?;
+            let what = match baseline {
+                None => "produce → output readable",
+                Some(bench::latency::Baseline::Broker) => "baseline: the broker alone, produce → readable",
+                Some(bench::latency::Baseline::Relay) => "baseline: a bare relay, produce → output readable",
+            };
             println!(
-                "latency produce → output readable, {} samples at {rate} orders/s: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                "latency ({what}; {} partitions), {} samples at {rate} orders/s: p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms",
+                l.partitions,
                 l.samples,
                 l.p50 as f64 / 1e3,
                 l.p99 as f64 / 1e3,

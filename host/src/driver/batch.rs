@@ -178,6 +178,20 @@ impl Run {
     /// (the point of no return), then the commits log. (The caller then tells the source, for
     /// the group offsets.)
     pub(super) fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
+        let (meta, committed) = self.records(batch_id, end, report)?;
+        self.state.commit(&meta, &mut self.syncs)?;
+        self.checkpoint.commit(&committed)?;
+        Ok(())
+    }
+
+    /// What a commit of batch `batch_id` writes: the state's record of it (side outputs flushed
+    /// first, since their lengths are in it) and its commits-log entry.
+    pub(super) fn records(
+        &mut self,
+        batch_id: u64,
+        end: Offsets,
+        report: &BatchProgress,
+    ) -> Result<(Vec<u8>, Committed), RunError> {
         let meta = StateMeta {
             next_batch: batch_id + 1,
             source: end,
@@ -193,14 +207,13 @@ impl Run {
         let bytes = serde_json::to_vec(&meta).map_err(|e| {
             CheckpointError::file(self.checkpoint.state_dir(), format!("cannot encode the batch record: {e}"))
         })?;
-        self.state.commit(&bytes, &mut self.syncs)?;
-        self.checkpoint.commit(&Committed {
+        let committed = Committed {
             batch_id,
             watermark: report.watermark,
             rows_out: Some(report.rows_out),
             committed_at_ms: now_ms(),
-        })?;
-        Ok(())
+        };
+        Ok((bytes, committed))
     }
 
     /// Everything between parsing and delivering: dead letters, transforms, the operator.

@@ -2,17 +2,58 @@
 //! the position is committed on an interval, on SIGTERM and at the end of bounded input, after
 //! the sink has made everything before it durable. A crash re-delivers what came after the last
 //! commit: at-least-once (docs/semantics.md).
+//!
+//! A commit runs off the record path, on a thread of its own: the sink's barrier (its
+//! acknowledgements), then the state's write of the position, synced, then the commits log.
+//! Records keep flowing meanwhile; one commit is in flight at a time, and the source hears of
+//! it (for the group offsets) once it is done.
 
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::{Run, RunError, ms};
+use crate::checkpoint::CheckpointError;
 use crate::ingest::Ingest;
+use crate::kafka::KafkaError;
 use crate::progress::{BatchProgress, Progress};
-use crate::source::{Limit, Source, SourceBatch, SourceError};
+use crate::source::{Limit, Offsets, Source, SourceBatch, SourceError};
 
-/// How long one poll waits for the first record before the loop looks at the clock again.
+/// How long one poll waits for the first record before the loop looks at the clock again (and
+/// at a commit in flight).
 const POLL_WAIT: Duration = Duration::from_millis(50);
+
+/// A commit in flight. Dropping it waits for it: its thread holds the state store open.
+struct Committing {
+    thread: Option<JoinHandle<Result<(), RunError>>>,
+    /// Where the commit leaves the source, and what it covers.
+    done: Option<(Offsets, BatchProgress)>,
+    /// The state's directory, to name in an error.
+    dir: PathBuf,
+}
+
+impl Committing {
+    fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    fn wait(mut self) -> Result<Option<(Offsets, BatchProgress)>, RunError> {
+        if let Some(t) = self.thread.take() {
+            let panicked = || Err(CheckpointError::file(&self.dir, "the commit thread panicked".to_string()).into());
+            t.join().unwrap_or_else(|_| panicked())?;
+        }
+        Ok(self.done.take())
+    }
+}
+
+impl Drop for Committing {
+    fn drop(&mut self) {
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
 
 impl Run {
     /// Runs until the input ends (returns `true`) or a stop is asked for (`false`).
@@ -26,47 +67,84 @@ impl Run {
     ) -> Result<bool, RunError> {
         let stop = self.stop.clone();
         let mut since = BatchProgress { batch_id: *batch_id, ..Default::default() };
+        let mut committing: Option<Committing> = None;
         let mut last_commit = Instant::now();
         let mut ended = false;
-        while !stop.load(Ordering::Relaxed) && !ended {
-            let t0 = Instant::now();
-            let batch = match &mut ingest.source {
-                Source::Kafka(k) => k.poll_available(max, POLL_WAIT).map_err(SourceError::from)?,
-                other => match other.next_batch(Limit { records: max, bounded: true })? {
-                    Some(b) => b,
-                    None => {
+        loop {
+            let stopping = stop.load(Ordering::Relaxed);
+            if !stopping && !ended {
+                let t0 = Instant::now();
+                let batch = match &mut ingest.source {
+                    Source::Kafka(k) => match k.poll_available(max, POLL_WAIT) {
+                        Ok(b) => b,
+                        // Asked to stop while waiting: commit what went through, below.
+                        Err(KafkaError::Stopped) => SourceBatch::default(),
+                        Err(e) => return Err(SourceError::from(e).into()),
+                    },
+                    other => other.next_batch(Limit { records: max, bounded: true })?.unwrap_or_else(|| {
                         ended = true;
                         SourceBatch::default()
-                    }
-                },
-            };
-            if !batch.is_empty() {
-                let parsed = ingest.parse(&batch)?;
-                let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;
-                self.deliver(*batch_id, &rows)?;
-                *batch_id += 1;
-                since.input_rows += report.input_rows;
-                since.events += report.events;
-                since.dead_letters += report.dead_letters;
-                since.rows_out += report.rows_out;
-                since.durations.total_ms += ms(t0);
-            }
-            if last_commit.elapsed() >= interval || ended || stop.load(Ordering::Relaxed) {
-                if since.input_rows > 0 {
-                    self.sink.sync()?;
-                    let last = *batch_id - 1;
-                    let at = ingest.source.offsets();
-                    self.commit(last, at.clone(), &since)?;
-                    self.syncs.wait()?;
-                    ingest.source.committed(&at);
-                    since.batch_id = last;
-                    since.plugins = self.plugin_metrics();
-                    progress.batch(&since);
+                    }),
+                };
+                if !batch.is_empty() {
+                    let parsed = ingest.parse(&batch)?;
+                    let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;
+                    self.deliver(*batch_id, &rows)?;
+                    *batch_id += 1;
+                    since.input_rows += report.input_rows;
+                    since.events += report.events;
+                    since.dead_letters += report.dead_letters;
+                    since.rows_out += report.rows_out;
+                    since.durations.total_ms += ms(t0);
                 }
-                since = BatchProgress { batch_id: *batch_id, ..Default::default() };
+            }
+            let finishing = stopping || ended || stop.load(Ordering::Relaxed);
+            if committing.as_ref().is_some_and(|c| finishing || c.is_finished())
+                && let Some(done) = committing.take()
+            {
+                self.committed(done, ingest, progress)?;
+            }
+            if committing.is_none() && (last_commit.elapsed() >= interval || finishing) {
+                if since.input_rows > 0 {
+                    let next = BatchProgress { batch_id: *batch_id, ..Default::default() };
+                    let at = ingest.source.offsets();
+                    committing = Some(self.start_commit(*batch_id - 1, at, std::mem::replace(&mut since, next))?);
+                }
                 last_commit = Instant::now();
             }
+            if finishing && committing.is_none() {
+                return Ok(ended);
+            }
         }
-        Ok(ended)
+    }
+
+    /// Starts committing everything up to batch `last`, whose end is `at`.
+    fn start_commit(&mut self, last: u64, at: Offsets, mut since: BatchProgress) -> Result<Committing, RunError> {
+        let barrier = self.sink.barrier();
+        let (meta, entry) = self.records(last, at.clone(), &since)?;
+        let state = self.state.commit_later(meta);
+        let log = self.checkpoint.commit_later(entry);
+        let thread = std::thread::Builder::new()
+            .name("weir-commit".into())
+            .spawn(move || -> Result<(), RunError> {
+                barrier()?;
+                state()?;
+                log()?;
+                Ok(())
+            })
+            .map_err(|e| {
+                CheckpointError::file(self.checkpoint.state_dir(), format!("cannot start the commit thread: {e}"))
+            })?;
+        since.batch_id = last;
+        Ok(Committing { thread: Some(thread), done: Some((at, since)), dir: self.checkpoint.state_dir() })
+    }
+
+    /// A commit is done: the source hears of it, and so does the progress report.
+    fn committed(&mut self, c: Committing, ingest: &mut Ingest, progress: &mut Progress) -> Result<(), RunError> {
+        let Some((at, mut since)) = c.wait()? else { return Ok(()) };
+        ingest.source.committed(&at);
+        since.plugins = self.plugin_metrics();
+        progress.batch(&since);
+        Ok(())
     }
 }

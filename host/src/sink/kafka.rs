@@ -13,11 +13,13 @@
 //!
 //! Non-transactional (continuous mode, or brokers without transactions): an idempotent producer,
 //! at-least-once, with the header to dedupe on. With micro-batches a batch counts as delivered
-//! once every message is acknowledged. In continuous mode the acknowledgements are awaited only
-//! before the position is committed ([`RowSink::sync`]): waiting for them after every record
-//! would put a broker round trip in front of the next one.
+//! once every message is acknowledged. In continuous mode nothing waits for acknowledgements
+//! on the way: waiting after every record would put a broker round trip in front of the next.
+//! Messages are numbered as they are sent instead, and a [`RowSink::barrier`] waits, off the
+//! record path, until every message numbered before it is acknowledged; only then is the source
+//! position committed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,9 +29,9 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError as RdError;
 use rdkafka::message::{DeliveryResult, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
-use super::{Delivery, RowSink, Rows, SinkError};
+use super::{Barrier, Delivery, RowSink, Rows, SinkError};
 use crate::columns;
 use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
 use crate::pipeline::KafkaSinkConfig;
@@ -47,35 +49,81 @@ const SCAN_BACK: i64 = 10_000;
 /// written twice).
 const SCAN_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Counts failed deliveries; the batch fails if any message did.
+/// Counts failed deliveries (the batch fails if any message did), and which messages are
+/// acknowledged, by the number each was sent with.
 #[derive(Default)]
 struct Deliveries {
     failed: AtomicU64,
     first_error: Mutex<Option<String>>,
+    acked: Mutex<Acked>,
+}
+
+/// Acknowledged messages: every number below `through`, and those in `ahead` (acknowledged
+/// before an earlier one, from another partition).
+#[derive(Default)]
+struct Acked {
+    through: u64,
+    ahead: BTreeSet<u64>,
+}
+
+impl Acked {
+    fn ack(&mut self, n: u64) {
+        if n != self.through {
+            self.ahead.insert(n);
+            return;
+        }
+        self.through += 1;
+        while self.ahead.remove(&self.through) {
+            self.through += 1;
+        }
+    }
+}
+
+impl Deliveries {
+    fn acked_through(&self) -> u64 {
+        self.acked.lock().map_or(0, |a| a.through)
+    }
+
+    fn check_failures(&self, what: &str) -> Result<(), RdError> {
+        let failed = self.failed.load(Ordering::Relaxed);
+        if failed > 0 {
+            let first = self.first_error.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
+            tracing::warn!("kafka sink: {failed} messages of {what} failed: {first}");
+            return Err(RdError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fail));
+        }
+        Ok(())
+    }
 }
 
 impl ClientContext for Deliveries {}
 
 impl ProducerContext for Deliveries {
-    type DeliveryOpaque = ();
+    /// The message's number.
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    fn delivery(&self, result: &DeliveryResult<'_>, n: usize) {
         if let Err((e, _)) = result {
             self.failed.fetch_add(1, Ordering::Relaxed);
             if let Ok(mut first) = self.first_error.lock() {
                 first.get_or_insert_with(|| e.to_string());
             }
         }
+        if let Ok(mut acked) = self.acked.lock() {
+            acked.ack(n as u64);
+        }
     }
 }
 
 pub(crate) struct KafkaSink {
-    producer: BaseProducer<Deliveries>,
+    /// Shared with barriers, which poll it for acknowledgements on a thread of their own.
+    producer: Arc<BaseProducer<Deliveries>>,
+    /// Messages sent so far: the next one's number.
+    sent: u64,
     topic: String,
     /// Connection options, for the start-up scan's consumer.
     options: Vec<(String, String)>,
     transactional: bool,
-    /// Wait for acknowledgements only in `sync` (continuous mode).
+    /// Wait for acknowledgements only at a barrier (continuous mode).
     lazy_acks: bool,
     /// Found by the scan before the first delivery: the checkpoint scanned for, and the highest
     /// batch id of it already in the topic.
@@ -85,22 +133,14 @@ pub(crate) struct KafkaSink {
 
 impl KafkaSink {
     pub(crate) fn open(cfg: &KafkaSinkConfig, continuous: bool, stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
-        let mut defaults = vec![("enable.idempotence", "true"), ("acks", "all")];
-        if cfg.transactional {
-            defaults.push(("transactional.id", &cfg.transactional_id));
-        }
-        if continuous {
-            // Latency over batching: send at once rather than lingering for more rows.
-            defaults.push(("linger.ms", "0"));
-        }
-        let producer: BaseProducer<Deliveries> = client_config(&defaults, &cfg.options)
-            .create_with_context(Deliveries::default())
-            .map_err(KafkaError::Config)?;
+        let producer: BaseProducer<Deliveries> =
+            producer_config(cfg, continuous).create_with_context(Deliveries::default()).map_err(KafkaError::Config)?;
         if cfg.transactional {
             with_retry(&stop, "init_transactions", || producer.init_transactions(FLUSH_TIMEOUT))?;
         }
         Ok(Self {
-            producer,
+            producer: Arc::new(producer),
+            sent: 0,
             topic: cfg.topic.clone(),
             options: connection_options(&cfg.options),
             transactional: cfg.transactional,
@@ -127,16 +167,21 @@ impl KafkaSink {
         Ok(matches!(self.delivered, Some((_, Some(last))) if d.batch_id <= last))
     }
 
-    fn produce(&self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
+    fn produce(&mut self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
         let id = d.batch_id.to_string();
         for row in columns::items(&rows.rows, &rows.row_ends) {
             let headers = OwnedHeaders::new()
                 .insert(Header { key: CHECKPOINT_HEADER, value: Some(d.checkpoint) })
                 .insert(Header { key: BATCH_HEADER, value: Some(id.as_str()) });
-            let mut record = BaseRecord::<(), [u8]>::to(&self.topic).payload(row).headers(headers);
+            let n = self.sent as usize;
+            let mut record =
+                BaseRecord::<(), [u8], usize>::with_opaque_to(&self.topic, n).payload(row).headers(headers);
             loop {
                 match self.producer.send(record) {
-                    Ok(()) => break,
+                    Ok(()) => {
+                        self.sent += 1;
+                        break;
+                    }
                     Err((RdError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull), r)) => {
                         record = r;
                         self.producer.poll(Duration::from_millis(10));
@@ -148,7 +193,7 @@ impl KafkaSink {
         Ok(())
     }
 
-    fn deliver_once(&self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
+    fn deliver_once(&mut self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
         if !self.lazy_acks {
             self.producer.context().failed.store(0, Ordering::Relaxed);
         }
@@ -166,36 +211,31 @@ impl KafkaSink {
             }
             self.flush()?;
         }
-        self.check_failures(&format!("batch {}", d.batch_id))
-    }
-
-    fn check_failures(&self, what: &str) -> Result<(), RdError> {
-        let ctx = self.producer.context();
-        if ctx.failed.load(Ordering::Relaxed) > 0 {
-            let first = ctx.first_error.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
-            return Err(RdError::MessageProduction(rdkafka::types::RDKafkaErrorCode::Fail)).inspect_err(|_| {
-                tracing::warn!("kafka sink: {} messages of {what} failed: {first}", ctx.failed.load(Ordering::Relaxed));
-            });
-        }
-        Ok(())
+        self.producer.context().check_failures(&format!("batch {}", d.batch_id))
     }
 }
 
 impl KafkaSink {
-    /// Waits until every message is acknowledged. Not rdkafka's `flush`, whose poll loop
-    /// sleeps out 100 ms slices even after the last acknowledgement has arrived.
+    /// Waits until every message sent so far is acknowledged.
     fn flush(&self) -> Result<(), RdError> {
-        let deadline = Instant::now() + FLUSH_TIMEOUT;
-        loop {
-            self.producer.poll(Duration::ZERO);
-            if self.producer.in_flight_count() == 0 {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(RdError::Flush(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
-            }
-            self.producer.poll(Duration::from_micros(200));
+        wait_for_acks(&self.producer, self.sent)
+    }
+}
+
+/// Waits until messages `0..n` are all acknowledged. Not rdkafka's `flush`, whose poll loop
+/// sleeps out 100 ms slices even after the last acknowledgement has arrived, and which waits
+/// for messages sent after `n` as well.
+fn wait_for_acks(producer: &BaseProducer<Deliveries>, n: u64) -> Result<(), RdError> {
+    let deadline = Instant::now() + FLUSH_TIMEOUT;
+    loop {
+        producer.poll(Duration::ZERO);
+        if producer.context().acked_through() >= n {
+            return Ok(());
         }
+        if Instant::now() >= deadline {
+            return Err(RdError::Flush(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
+        }
+        producer.poll(Duration::from_micros(200));
     }
 }
 
@@ -205,18 +245,35 @@ impl RowSink for KafkaSink {
             return Ok(());
         }
         let what = format!("deliver batch {} to topic {}", d.batch_id, self.topic);
-        with_retry(&self.stop, &what, || self.deliver_once(d, rows))?;
+        let stop = self.stop.clone();
+        with_retry(&stop, &what, || self.deliver_once(d, rows))?;
         Ok(())
     }
 
-    fn sync(&mut self) -> Result<(), SinkError> {
-        if self.lazy_acks {
-            let failed = self.flush().and_then(|()| self.check_failures("the rows since the last checkpoint"));
-            self.producer.context().failed.store(0, Ordering::Relaxed);
-            failed.map_err(|e| KafkaError::Call { what: format!("deliver to topic {}", self.topic), source: e })?;
+    fn barrier(&mut self) -> Barrier {
+        if !self.lazy_acks {
+            return Box::new(|| Ok(()));
         }
-        Ok(())
+        let (producer, sent, topic) = (self.producer.clone(), self.sent, self.topic.clone());
+        Box::new(move || {
+            wait_for_acks(&producer, sent)
+                .and_then(|()| producer.context().check_failures("the rows since the last checkpoint"))
+                .map_err(|e| KafkaError::Call { what: format!("deliver to topic {topic}"), source: e }.into())
+        })
     }
+}
+
+/// The sink's producer settings: Weir's, then the pipeline's `kafka.*` options over them.
+pub(crate) fn producer_config(cfg: &KafkaSinkConfig, continuous: bool) -> ClientConfig {
+    let mut defaults = vec![("enable.idempotence", "true"), ("acks", "all")];
+    if cfg.transactional {
+        defaults.push(("transactional.id", &cfg.transactional_id));
+    }
+    if continuous {
+        // Latency over batching: send at once rather than lingering for more rows.
+        defaults.push(("linger.ms", "0"));
+    }
+    client_config(&defaults, &cfg.options)
 }
 
 /// The largest `weir.batch` of checkpoint `checkpoint` among the last committed messages of each

@@ -14,7 +14,7 @@ mod wasm;
 use crate::kafka::KafkaError;
 use crate::plugin::{PluginError, RowBatch};
 
-pub(crate) use kafka::KafkaSink;
+pub(crate) use kafka::{KafkaSink, producer_config};
 pub(crate) use lines::LineSink;
 pub(crate) use wasm::WasmSink;
 
@@ -47,9 +47,12 @@ pub(crate) trait RowSink: Send {
     /// the process died before the batch was committed.
     fn deliver(&mut self, delivery: &Delivery, rows: &Rows) -> Result<(), SinkError>;
 
-    /// Waits until everything delivered so far is durable; called before the source position
-    /// is committed. For sinks whose `deliver` already waits, nothing to do.
-    fn sync(&mut self) -> Result<(), SinkError> {
-        Ok(())
+    /// What waits until everything delivered so far is durable: run (on any thread) before
+    /// the source position is committed. For sinks whose `deliver` already waits, nothing.
+    fn barrier(&mut self) -> Barrier {
+        Box::new(|| Ok(()))
     }
 }
+
+/// A wait for what a sink was given before it was taken (see [`RowSink::barrier`]).
+pub(crate) type Barrier = Box<dyn FnOnce() -> Result<(), SinkError> + Send>;

@@ -79,7 +79,7 @@ impl SourceBatch {
     }
 
     /// Room for `n` records of ~128 bytes, so a batch's columns do not grow record by record.
-    fn with_capacity(n: usize) -> Self {
+    pub(super) fn with_capacity(n: usize) -> Self {
         let mut b = Self::default();
         let r = &mut b.records;
         r.values.reserve(n * 128);

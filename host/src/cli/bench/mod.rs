@@ -3,16 +3,26 @@
 //! events per CPU-second (the per-core figure, whatever the threads), peak RSS. Variants answer
 //! the performance questions one at a time: `--native` (the same logic as host code: what the
 //! sandbox costs), `--cores` (parse parallelism), `--no-fsync` (what a durable checkpoint at
-//! every batch costs) and `--restart` (time from a restart to its first batch).
+//! every batch costs), `--restart` (time from a restart to its first batch) and `--kafka` (the
+//! events read from the embedded broker, not a file: `kafka.rs`). `--latency` is another
+//! measurement: `latency.rs`.
+//!
+//! The pipeline's own sink is replaced: its rows are hashed (the digest printed shows that two
+//! variants computed the same rows in the same order) and, with `--rows`, written to a file.
 
-use std::io::{BufRead, Write};
+mod kafka;
+pub(super) mod latency;
+
+use std::fs::File;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 
 use crate::driver::{self, Flush, Output, RunOptions, Stages};
-use crate::pipeline::Pipeline;
+use crate::pipeline::{Pipeline, Trigger};
 use crate::progress::{Progress, Summary};
 
 pub(super) struct BenchArgs {
@@ -23,6 +33,9 @@ pub(super) struct BenchArgs {
     pub cores: Option<usize>,
     pub no_fsync: bool,
     pub restart: bool,
+    pub kafka: bool,
+    /// Where the rows go, besides the digest.
+    pub rows: Option<PathBuf>,
 }
 
 pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
@@ -33,35 +46,41 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     let file = dir.path().join("orders.jsonl");
     // With --restart, the second half waits in `rest` until the restart.
     let rest = dir.path().join("rest.jsonl");
-    let all = if a.restart { dir.path().join("all.jsonl") } else { file.clone() };
-    let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(&all)?);
-    crate::workload::orders(if a.restart { 2 * a.events } else { a.events }, a.seed, &mut w)?;
-    w.flush()?;
-    drop(w);
-    if a.restart {
-        // Whole lines, streamed: holding the events in memory would count in the peak RSS.
-        let mut lines = std::io::BufReader::new(std::fs::File::open(&all)?).lines();
-        for (path, n) in [(&file, a.events), (&rest, u64::MAX)] {
-            let mut w = std::io::BufWriter::with_capacity(1 << 20, std::fs::File::create(path)?);
-            for line in lines.by_ref().take(n.try_into().unwrap_or(usize::MAX)) {
-                writeln!(w, "{}", line?)?;
-            }
-            w.flush()?;
-        }
+    if !a.kafka {
+        write_orders(&a, dir.path(), &file, &rest)?;
     }
-    let p = super::test::replay(a.pipeline, &file);
+    let (p, input) = if a.kafka {
+        let mut p = a.pipeline;
+        let input = kafka::prepare(&mut p, a.events, a.seed)?;
+        println!(
+            "{} orders produced into the embedded broker ({} partitions) in {:.3}s",
+            input.orders, input.partitions, input.produce_s
+        );
+        (p, Some(input))
+    } else {
+        (super::test::replay(a.pipeline, &file), None)
+    };
+    let continuous = matches!(p.trigger, Trigger::Continuous { .. });
+    if continuous && (a.native || input.is_none()) {
+        bail!("a continuous pipeline is measured with --kafka, on its Wasm plugins");
+    }
     // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
     super::run::runtime([&p])?;
 
     let checkpoint = dir.path().join("checkpoint");
-    let digest = Digest::default();
+    let digest = Digest::new(a.rows.as_deref())?;
     let stop = Arc::new(AtomicBool::new(false));
     let run = |fsync: bool| -> Result<Summary> {
         let output = Output::Lines(Box::new(digest.clone()));
-        let stages = if a.native {
-            crate::native::stages(&p, output, &stop)?
+        let (stages, watcher) = if a.native {
+            (crate::native::stages(&p, output, &stop)?, None)
         } else {
-            Stages::wasm(&p, &super::run::runtime([&p])?, output, &stop)?
+            let runtime = super::run::runtime([&p])?;
+            let watcher = input
+                .as_ref()
+                .filter(|_| continuous)
+                .map(|i| kafka::stop_when_parsed(&runtime, &p.name, i.orders, &stop));
+            (Stages::wasm(&p, &runtime, output, &stop)?, watcher)
         };
         let opts = RunOptions {
             checkpoint: checkpoint.clone(),
@@ -71,7 +90,12 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
             fsync,
             flush: Flush::AsConfigured { default: true },
         };
-        driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name))
+        let summary = driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name));
+        if let Some(w) = watcher {
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            let _ = w.join();
+        }
+        summary
     };
 
     let cpu = cpu_seconds();
@@ -82,6 +106,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
         (false, true) => "Wasm, checkpoint not synced",
         (false, false) => "Wasm parse + aggregate",
     };
+    let what = if a.kafka { format!("{what}, from Kafka") } else { what.to_string() };
     println!(
         "{} ({what}, parse parallelism {}): {} events in {:.3}s = {:.0} events/s, {:.0} events per CPU-second \
          ({:.2} cores busy), {} windows, {} late; peak RSS {} MB; rows digest {}",
@@ -95,7 +120,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
         s.windows_emitted,
         s.late_events,
         peak_rss_kb() >> 10,
-        digest.hex(),
+        digest.hex()?,
     );
 
     if a.restart {
@@ -115,20 +140,61 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// Writes the orders to `file` (with `--restart`, the first half, and the rest to `rest`).
+fn write_orders(a: &BenchArgs, dir: &std::path::Path, file: &std::path::Path, rest: &std::path::Path) -> Result<()> {
+    let all = if a.restart { dir.join("all.jsonl") } else { file.to_path_buf() };
+    let mut w = BufWriter::with_capacity(1 << 20, File::create(&all)?);
+    crate::workload::orders(if a.restart { 2 * a.events } else { a.events }, a.seed, &mut w)?;
+    w.flush()?;
+    drop(w);
+    if a.restart {
+        // Whole lines, streamed: holding the events in memory would count in the peak RSS.
+        let mut lines = std::io::BufReader::new(File::open(&all)?).lines();
+        for (path, n) in [(file, a.events), (rest, u64::MAX)] {
+            let mut w = BufWriter::with_capacity(1 << 20, File::create(path)?);
+            for line in lines.by_ref().take(n.try_into().unwrap_or(usize::MAX)) {
+                writeln!(w, "{}", line?)?;
+            }
+            w.flush()?;
+        }
+    }
+    Ok(())
+}
+
 /// The sink's rows, hashed: equal digests, equal rows in equal order (native vs Wasm, one core
-/// vs several).
-#[derive(Clone, Default)]
-struct Digest(Arc<std::sync::Mutex<blake3::Hasher>>);
+/// vs several); with `--rows`, written to a file as well.
+#[derive(Clone)]
+struct Digest(Arc<std::sync::Mutex<(blake3::Hasher, Option<BufWriter<File>>)>>);
 
 impl Digest {
-    fn hex(&self) -> String {
-        self.0.lock().map_or_else(|_| "unavailable".into(), |h| h.finalize().to_hex()[..16].to_string())
+    fn new(rows: Option<&std::path::Path>) -> Result<Self> {
+        let file = match rows {
+            Some(path) => {
+                let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+                Some(BufWriter::new(f))
+            }
+            None => None,
+        };
+        Ok(Self(Arc::new(std::sync::Mutex::new((blake3::Hasher::new(), file)))))
+    }
+
+    /// The digest, once the rows file (if any) is flushed.
+    fn hex(&self) -> Result<String> {
+        let mut d = self.0.lock().map_err(|_| anyhow::anyhow!("the rows digest is unavailable"))?;
+        if let Some(f) = d.1.as_mut() {
+            f.flush().context("cannot write the rows file")?;
+        }
+        Ok(d.0.finalize().to_hex()[..16].to_string())
     }
 }
 
 impl Write for Digest {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().map_err(|_| std::io::Error::other("digest poisoned"))?.update(buf);
+        let mut d = self.0.lock().map_err(|_| std::io::Error::other("digest poisoned"))?;
+        d.0.update(buf);
+        if let Some(f) = d.1.as_mut() {
+            f.write_all(buf)?;
+        }
         Ok(buf.len())
     }
     fn flush(&mut self) -> std::io::Result<()> {
