@@ -29,7 +29,7 @@ pub(crate) fn top_level_field<'a>(json: &'a [u8], name: &str) -> Result<Option<&
         }
         i = skip_ws(json, i + 1);
         let value_end = value_end(json, i)?;
-        if key == name.as_bytes() {
+        if super::scan::same(key, name.as_bytes()) {
             return Ok(Some(&json[i..value_end]));
         }
         i = skip_ws(json, value_end);
@@ -48,10 +48,30 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// `b[i]` is an opening quote; returns the index after the closing one.
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// The high bit of each byte of `x` that is zero (exact for the lowest; `scan.rs` says why
+/// that is enough).
+#[inline(always)]
+fn zero(x: u64) -> u64 {
+    x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// `b[i]` is an opening quote; returns the index after the closing one. Eight bytes a step
+/// where there are eight (the same word arithmetic as `scan.rs`).
+#[inline(always)]
 fn string_end(b: &[u8], i: usize) -> Result<usize, &'static str> {
     let mut j = i + 1;
     loop {
+        if let Some(w) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()).map(u64::from_le_bytes) {
+            let stops = zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64));
+            if stops == 0 {
+                j += 8;
+                continue;
+            }
+            j += (stops.trailing_zeros() / 8) as usize;
+        }
         match b.get(j) {
             Some(b'"') => return Ok(j + 1),
             Some(b'\\') => j += 2,
@@ -87,7 +107,20 @@ fn value_end(b: &[u8], i: usize) -> Result<usize, &'static str> {
             }
         }
         Some(_) => {
+            // A number or literal runs to the next delimiter (or white space, or anything below
+            // it): eight bytes a step.
             let mut j = i;
+            while let Some(w) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()).map(u64::from_le_bytes) {
+                let stops = zero(w ^ (ONES * b',' as u64))
+                    | zero(w ^ (ONES * b'}' as u64))
+                    | zero(w ^ (ONES * b']' as u64))
+                    | (w.wrapping_sub(ONES * 0x21) & !w & HIGHS);
+                if stops != 0 {
+                    j += (stops.trailing_zeros() / 8) as usize;
+                    return if j == i { Err("expected a value") } else { Ok(j) };
+                }
+                j += 8;
+            }
             while !matches!(b.get(j), None | Some(b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r')) {
                 j += 1;
             }
@@ -120,6 +153,43 @@ mod tests {
         assert!(top_level_field(b"{\"a\" 1}", "a").is_err());
         assert!(top_level_field(b"{\"a\":\"1}", "a").is_err());
         assert!(top_level_field(b"{\"b\":1 \"a\":2}", "a").is_err());
+    }
+
+    proptest::proptest! {
+        /// Any object serde writes: each top-level field found is the text serde reads back as
+        /// that field, and an absent one is absent.
+        #[test]
+        fn finds_what_serde_wrote(
+            fields in proptest::collection::btree_map("[a-z\"\\\\]{0,5}", value(), 0..6),
+            pretty: bool,
+        ) {
+            let obj = serde_json::Value::Object(fields.clone().into_iter().collect());
+            let text = if pretty { serde_json::to_vec_pretty(&obj) } else { serde_json::to_vec(&obj) }.unwrap();
+            let read: serde_json::Value = serde_json::from_slice(&text).unwrap();
+            for name in fields.keys().filter(|k| !k.contains(['"', '\\'])).chain(std::iter::once(&"absent".to_string())) {
+                let raw = top_level_field(&text, name).unwrap();
+                let got = raw.map(|r| serde_json::from_slice::<serde_json::Value>(r).unwrap());
+                proptest::prop_assert_eq!(got.as_ref(), read.get(name.as_str()));
+            }
+        }
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(serde_json::Value::Null),
+            any::<bool>().prop_map(serde_json::Value::Bool),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
+            "[a-z,}\\]\"\\\\ ]{0,12}".prop_map(serde_json::Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+                proptest::collection::btree_map("[a-z]{0,3}", inner, 0..4)
+                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+            ]
+        })
     }
 
     #[test]

@@ -35,13 +35,15 @@ mod batch;
 mod config;
 mod field;
 mod roles;
+mod scan;
 
 #[doc(hidden)]
 pub mod __rt;
 
-pub use batch::{Delivery, Emitter, Event, Header, Record, Rows};
+pub use batch::{Delivery, Emitter, Event, Header, Record, Rows, Value};
 pub use config::Config;
 pub use roles::{Aggregator, Parser, Sink, Transformer, Unsupported};
+pub use scan::Paths;
 
 #[doc(hidden)]
 pub use wit_bindgen as __wit_bindgen;

@@ -43,7 +43,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
     let config: OrdersConfig = serde_json::from_str(&p.parse.config_json).unwrap_or_default();
     Ok(Stages {
         parsers: (0..p.parse_parallelism)
-            .map(|_| Box::new(Orders { key_by_user: config.key_by_user }) as Box<dyn ParseFns>)
+            .map(|_| Box::new(Orders::new(config.key_by_user)) as Box<dyn ParseFns>)
             .collect(),
         transforms: Vec::new(),
         operator: crate::aggregate::operator(w, Box::new(ErrorRate), Policy { failure: p.failure, stop: stop.clone() }),
@@ -53,15 +53,36 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
 }
 
 /// `plugins/orders-json`: event time `order_ts`, key `user_id` when `key_by_user`, the record
-/// as the row.
+/// as the row; the two fields read by the SDK's one-pass scanner, compiled natively.
 struct Orders {
     key_by_user: bool,
+    fields: scan::Paths<2>,
 }
 
-#[derive(Deserialize)]
-struct Order {
-    order_ts: i64,
-    user_id: Option<u64>,
+impl Orders {
+    fn new(key_by_user: bool) -> Self {
+        Self { key_by_user, fields: scan::Paths::new(["order_ts", "user_id"]) }
+    }
+
+    /// As the plugin's `parse`, with the SDK's `Value` readers inlined.
+    fn order(&self, value: &[u8]) -> Result<(i64, Option<u64>), (RecordErrorKind, String)> {
+        let [ts, user] = match scan::scan(value, &self.fields) {
+            Ok(found) => found,
+            Err(scan::ScanError::Duplicate(_)) => {
+                return Err((RecordErrorKind::InvalidValue, "duplicate field".into()));
+            }
+            Err(e) => return Err((RecordErrorKind::Malformed, format!("not a JSON object: {e}"))),
+        };
+        let ts = ts.ok_or((RecordErrorKind::MissingField, "missing field `order_ts`".to_string()))?;
+        let ts = scan::int(ts).ok_or((RecordErrorKind::InvalidValue, "expected an integer".to_string()))?;
+        let user = match user {
+            Some(b"null") | None => None,
+            Some(u) => Some(
+                scan::uint(u).ok_or((RecordErrorKind::InvalidValue, "expected a non-negative integer".to_string()))?,
+            ),
+        };
+        Ok((ts, user))
+    }
 }
 
 impl ParseFns for Orders {
@@ -69,32 +90,26 @@ impl ParseFns for Orders {
         let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
         let e = &mut out.events;
         for (i, value) in columns::items(&input.values, &input.value_ends).enumerate() {
-            // As the plugin: only an object; then as the SDK's `Record::json`: the whole value
-            // checked to be UTF-8, then decoded.
-            if value.trim_ascii_start().first() != Some(&b'{') {
-                let message = "an order is a JSON object".to_string();
-                out.errors.push(RecordError { index: i as u32, kind: RecordErrorKind::Malformed, message });
-                continue;
-            }
-            let order = std::str::from_utf8(value)
-                .map_err(|e| e.to_string())
-                .and_then(|text| serde_json::from_str::<Order>(text).map_err(|e| e.to_string()));
-            match order {
-                Ok(order) => {
-                    e.times.push(order.order_ts);
-                    let key = order.user_id.filter(|_| self.key_by_user).map(|u| u.to_string()).unwrap_or_default();
+            match self.order(value) {
+                Ok((ts, user)) => {
+                    e.times.push(ts);
+                    let key = user.filter(|_| self.key_by_user).map(|u| u.to_string()).unwrap_or_default();
                     columns::push(&mut e.keys, &mut e.key_ends, key.as_bytes());
                     columns::push(&mut e.rows, &mut e.row_ends, value);
                     e.origins.push(i as u32);
                 }
-                Err(message) => {
-                    out.errors.push(RecordError { index: i as u32, kind: RecordErrorKind::Malformed, message })
-                }
+                Err((kind, message)) => out.errors.push(RecordError { index: i as u32, kind, message }),
             }
         }
         Ok(out)
     }
 }
+
+/// The guest SDK's one-pass field scanner (what `Record::fields` runs inside the plugin),
+/// compiled natively: the same code on both sides of the comparison.
+#[path = "../../guest-sdk/src/scan.rs"]
+#[allow(dead_code)]
+mod scan;
 
 /// The guest SDK's own scanner for one top-level field (what `Event::field_str` runs inside
 /// the plugin), compiled natively: the same code on both sides of the comparison.
@@ -215,7 +230,7 @@ mod tests {
             input.values.extend_from_slice(l.as_bytes());
             input.value_ends.push(input.values.len() as u32);
         }
-        let out = Orders { key_by_user: true }.parse(&input).unwrap();
+        let out = Orders::new(true).parse(&input).unwrap();
         assert_eq!((out.events.times.clone(), out.events.keys.clone()), (vec![5, 6], b"78".to_vec()));
         assert_eq!(out.errors.iter().map(|e| e.index).collect::<Vec<_>>(), vec![1]);
 
