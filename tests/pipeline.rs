@@ -356,9 +356,9 @@ fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
 }
 
-/// Parsing a batch's chunks side by side (`parse.parallelism`) changes nothing: the windows of
-/// the reference, and every malformed record a dead letter at its own line, whichever chunk it
-/// fell in.
+/// Parsing batches side by side (`parse.parallelism`) changes nothing: the windows of the
+/// reference, and every malformed record a dead letter at its own line, whichever parser
+/// instance parsed its batch.
 #[test]
 fn parallel_parsing_gives_the_same_windows_and_dead_letters() {
     let dir = tempfile::tempdir().unwrap();
@@ -380,6 +380,60 @@ fn parallel_parsing_gives_the_same_windows_and_dead_letters() {
     let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
     assert_eq!(windows_of(&rows), sliding_reference(&kept_orders(&clean).0, 60_000, 60_000));
     assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), bad);
+}
+
+/// Every `weir bench` mode computes the reference rows: the windows of the orders it generated
+/// (the same generator and seed as `weir gen orders`), whether read from a file, read from the
+/// embedded broker, or run in two halves across a restart; and the latency mode's pipeline
+/// passes on exactly the orders it keeps.
+#[test]
+fn every_bench_mode_computes_the_reference_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (n, seed) = (30_000, 42);
+    let events = orders(dir.path(), n, seed);
+    let want = sliding_reference(&kept_orders(&events).0, 60_000, 60_000);
+    for mode in [&[][..], &["--native"], &["--kafka"], &["--restart"], &["--cores", "2"], &["--no-fsync"]] {
+        let rows = dir.path().join("rows.jsonl");
+        // --restart runs the events twice over: half, then the other half after the restart.
+        let n = if mode == ["--restart"] { n / 2 } else { n };
+        ok(weir()
+            .current_dir(root())
+            .args(["bench", "plugins/orders-error-rate/pipeline.toml", "--events", &n.to_string()])
+            .args(["--seed", &seed.to_string()])
+            .args(mode)
+            .arg("--rows")
+            .arg(&rows)
+            .output()
+            .unwrap());
+        let got = windows_of(&json_lines(&std::fs::read_to_string(&rows).unwrap()));
+        assert_eq!(got, want, "weir bench {mode:?}");
+    }
+
+    let rows = dir.path().join("alerts.jsonl");
+    let out = ok(weir()
+        .current_dir(root())
+        .args(["bench", "--latency", "--rate", "2000", "--seconds", "2", "--rows"])
+        .arg(&rows)
+        .output()
+        .unwrap());
+    let text = String::from_utf8_lossy(&out.stderr);
+    let produced: u64 = text
+        .lines()
+        .find_map(|l| l.split_once(" orders produced")?.0.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no count of orders produced in:\n{text}"));
+    let sent = dir.path().join("sent");
+    std::fs::create_dir_all(&sent).unwrap();
+    // The latency producer's stream is `weir gen orders RATE*SECONDS --seed 11`, as far as it got.
+    let all = json_lines(&std::fs::read_to_string(orders(&sent, 4_000, 11)).unwrap());
+    let kept: Vec<u64> = all[..produced as usize]
+        .iter()
+        .filter(|o| o["status"] == "ERROR" || o["status"] == "PENDING")
+        .map(|o| o["order_id"].as_u64().unwrap())
+        .collect();
+    let mut passed: Vec<u64> =
+        json_lines(&std::fs::read_to_string(&rows).unwrap()).iter().map(|r| r["order_id"].as_u64().unwrap()).collect();
+    passed.sort_unstable();
+    assert_eq!(passed, kept, "the latency pipeline passes on each kept order once, and nothing else");
 }
 
 /// `weir bench`'s variants compute the same rows in the same order: the native baseline and the

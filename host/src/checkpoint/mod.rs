@@ -23,8 +23,10 @@
 //! Durability against a machine crash (fsync of a plan, of the state's write-ahead log) runs
 //! beside the work in [`Syncs`]: batch N's rows reach the sink only once its plan and the state
 //! of every batch before it are on disk. Until then nothing outside Weir has seen batch N, so a
-//! plan or state write that a power cut loses is one that nobody depended on. A `kill -9` loses
-//! neither: both are in the page cache the moment they are written.
+//! plan or state write that a power cut loses is one that nobody depended on. A batch without
+//! rows does not wait: its syncs are waited for by the next batch that has rows (side outputs
+//! need none of this: their committed lengths are in the state, and a restart cuts them back).
+//! A `kill -9` loses neither: both are in the page cache the moment they are written.
 
 mod syncs;
 

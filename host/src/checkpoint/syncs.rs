@@ -17,6 +17,11 @@ impl Syncs {
         self.0.push((path, std::thread::Builder::new().name("weir-sync".into()).spawn(sync)));
     }
 
+    /// Syncs started and not yet waited for.
+    pub(crate) fn pending(&self) -> usize {
+        self.0.len()
+    }
+
     /// Waits until everything started is on disk.
     pub(crate) fn wait(&mut self) -> Result<(), CheckpointError> {
         for (path, thread) in self.0.drain(..) {

@@ -3,13 +3,14 @@
 //! thread of its own meanwhile (`ingest.rs`); its plan is still written only when the loop takes
 //! it, with that moment's idleness decision, so a re-run after a crash is the same batch.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::{Run, RunError, ms};
 use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
 use crate::columns;
-use crate::ingest::{Ingest, Ingested, Parsed};
+use crate::ingest::{Ahead, Ask, Ingest, Ingested, Parsed};
 use crate::isolate::StageOutput;
 use crate::isolate::{isolate, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
@@ -33,14 +34,20 @@ fn batch_size(batch_id: u64, max: usize) -> usize {
 
 const FIRST_BATCH: usize = 64;
 
+/// Syncs left running past batches without rows before the loop waits for them anyway (each
+/// batch starts two: its plan's, its state's).
+const MAX_PENDING_SYNCS: usize = 16;
+
 impl Run {
     /// Runs batches until the input ends (returns `true`) or a stop is asked for (`false`).
+    /// `reruns` are the batches planned before a crash and never committed: they run first, as
+    /// planned.
     pub(super) fn micro_batches(
         &mut self,
-        ingest: &mut Ingest,
+        ingest: Ingest,
         pipeline: &Pipeline,
         batch_id: &mut u64,
-        rerun: &mut Option<Planned>,
+        mut reruns: VecDeque<Planned>,
         progress: &mut Progress,
     ) -> Result<bool, RunError> {
         let stop = self.stop.clone();
@@ -53,10 +60,16 @@ impl Run {
             },
             bounded,
         };
-        // A processing-time trigger reads when it fires; the others read the next batch while
-        // the current one runs.
-        let read_ahead = !matches!(pipeline.trigger, Trigger::ProcessingTime { .. });
-        let mut ahead: Option<Ingested> = None;
+        // A processing-time trigger reads when it fires; the others keep a batch being read
+        // and one being parsed per parser instance ahead of the one that runs.
+        let depth = match pipeline.trigger {
+            Trigger::ProcessingTime { .. } => 1,
+            _ => ingest.parsers.len() as u64 + 1,
+        };
+        let mut ahead = Ahead::start(ingest)?;
+        // What each outstanding ask is for: a re-run's plan, or a new batch.
+        let mut asked: VecDeque<Option<Planned>> = VecDeque::new();
+        let mut next_to_ask = *batch_id;
         let mut ended = false;
         while !stop.load(Ordering::Relaxed) {
             if let Trigger::ProcessingTime { interval } = pipeline.trigger {
@@ -66,15 +79,22 @@ impl Run {
                 }
                 next_start = Instant::now() + interval;
             }
+            while ahead.outstanding() < depth {
+                let plan = reruns.pop_front();
+                ahead.ask(match &plan {
+                    Some(p) => Ask::Again(p.clone()),
+                    None => Ask::Read(limit(next_to_ask)),
+                });
+                asked.push_back(plan);
+                next_to_ask += 1;
+            }
             let t0 = Instant::now();
+            let rerun = asked.pop_front().flatten();
+            let mut ingested = ahead.take()?;
             let mut plan_time = Duration::ZERO;
-            let (ingested, plan) = match rerun.take() {
-                Some(plan) => (ingest.again(&plan)?, plan),
+            let plan = match rerun {
+                Some(plan) => plan,
                 None => {
-                    let mut ingested = match ahead.take() {
-                        Some(i) => i,
-                        None => ingest.next(limit(*batch_id))?,
-                    };
                     let flush = match &ingested.batch {
                         Some(b) if b.is_empty() => continue,
                         Some(_) => false,
@@ -101,23 +121,15 @@ impl Run {
                     let t = Instant::now();
                     self.checkpoint.plan(&plan, &mut self.syncs)?;
                     plan_time = t.elapsed();
-                    (ingested, plan)
+                    plan
                 }
             };
             let waited = t0.elapsed() - plan_time;
             let Ingested { batch, parsed, read_ms, parse_ms, .. } = ingested;
             let batch = batch.unwrap_or_default();
-            let next = limit(*batch_id + 1);
-            let (done, prefetched) = std::thread::scope(|s| {
-                let reader = (read_ahead && !plan.flush).then(|| s.spawn(|| ingest.next(next)));
-                let done = self.run_batch(*batch_id, &batch, parsed, &plan);
-                let prefetched = reader.map(|r| {
-                    r.join().unwrap_or_else(|_| Err(PluginError::Engine("the reading thread panicked".into()).into()))
-                });
-                (done, prefetched)
-            });
-            let mut report = done?;
-            ingest.source.committed(&plan.end);
+            let mut report = self.run_batch(*batch_id, &batch, parsed, &plan)?;
+            ahead.committed(&plan.end);
+            ahead.recycle(batch);
             report.durations.read_ms = read_ms;
             report.durations.parse_ms = parse_ms;
             report.durations.read_wait_ms = waited.as_secs_f64() * 1e3;
@@ -127,14 +139,12 @@ impl Run {
             progress.batch(&report);
             *batch_id += 1;
             if plan.flush {
-                self.syncs.wait()?;
-                return Ok(true);
+                ended = true;
+                break;
             }
-            // The next batch's read failing (or stopped) is that batch's business: this one is
-            // committed and counted.
-            ahead = prefetched.transpose()?;
         }
         self.syncs.wait()?;
+        ahead.finish();
         Ok(ended)
     }
 
@@ -147,9 +157,13 @@ impl Run {
         plan: &Planned,
     ) -> Result<BatchProgress, RunError> {
         let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
-        let t = Instant::now();
-        self.syncs.wait()?;
-        report.durations.sync_wait_ms = ms(t);
+        // Only rows need the plans and states before them on disk (checkpoint/mod.rs): a batch
+        // that delivers none leaves its syncs running, for the next batch that does to wait for.
+        if !rows.row_ends.is_empty() || self.syncs.pending() >= MAX_PENDING_SYNCS {
+            let t = Instant::now();
+            self.syncs.wait()?;
+            report.durations.sync_wait_ms = ms(t);
+        }
         let t = Instant::now();
         self.deliver(batch_id, &rows)?;
         report.durations.sink_ms = ms(t);
@@ -287,6 +301,8 @@ impl Run {
             }
             result
         })?;
+        // What went through stays; the journal that could have undone it goes.
+        state.release();
         report.late_events = set_aside.late.len();
         if let Some(side) = self.late.as_mut() {
             side.write(batch_id, batch, &events, &set_aside.late, in_force)?;

@@ -151,7 +151,7 @@ pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Resu
     let _running = stages.runtime.as_ref().map(|r| r.enter_pipeline());
     let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &opts)?;
     let mut progress = opts.progress;
-    let (mut batch_id, mut rerun) = (recovered.next_batch, recovered.rerun);
+    let mut batch_id = recovered.next_batch;
     let result = match pipeline.trigger {
         Trigger::Continuous { checkpoint_interval } => run.continuous(
             &mut ingest,
@@ -160,7 +160,7 @@ pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Resu
             checkpoint_interval,
             &mut progress,
         ),
-        _ => run.micro_batches(&mut ingest, pipeline, &mut batch_id, &mut rerun, &mut progress),
+        _ => run.micro_batches(ingest, pipeline, &mut batch_id, recovered.reruns, &mut progress),
     };
     let ended = match result {
         Err(e) if e.is_stop() => {

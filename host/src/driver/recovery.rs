@@ -29,8 +29,9 @@ pub(super) struct Recovered {
     /// The record of the last committed batch (`None`: nothing committed yet).
     pub meta: Option<StateMeta>,
     pub next_batch: u64,
-    /// The next batch's plan, if it was planned before the crash: it re-runs as planned.
-    pub rerun: Option<Planned>,
+    /// The plans of batches planned before the crash and not committed, in order from
+    /// `next_batch`: they re-run as planned.
+    pub reruns: std::collections::VecDeque<Planned>,
 }
 
 /// What the checkpoint depends on: the source and the operator. A checkpoint written under
@@ -113,7 +114,11 @@ pub(super) fn start(
         runtime,
     };
     if restored.is_some() {
-        let again = if recovered.rerun.is_some() { " (re-running its last planned batch)" } else { "" };
+        let again = match recovered.reruns.len() {
+            0 => String::new(),
+            1 => " (re-running its last planned batch)".to_string(),
+            n => format!(" (re-running its last {n} planned batches)"),
+        };
         tracing::info!(batch = recovered.next_batch, "resuming {} from its checkpoint{again}", pipeline.name);
     }
     Ok((run, ingest, recovered))
@@ -158,8 +163,11 @@ fn recover(checkpoint: &CheckpointDir, state: &StateStore) -> Result<Recovered, 
         let watermark = meta.as_ref().map(|m| m.watermark.current);
         checkpoint.commit(&Committed { batch_id: last, watermark, rows_out: None, committed_at_ms: now_ms() })?;
     }
-    let rerun = checkpoint.planned(next_batch)?;
-    Ok(Recovered { meta, next_batch, rerun })
+    let mut reruns = std::collections::VecDeque::new();
+    while let Some(plan) = checkpoint.planned(next_batch + reruns.len() as u64)? {
+        reruns.push_back(plan);
+    }
+    Ok(Recovered { meta, next_batch, reruns })
 }
 
 /// Opens the operator over the restored state and returns the state version to record. A

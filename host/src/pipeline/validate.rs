@@ -165,9 +165,9 @@ fn build(
         }
     };
 
-    let parse_parallelism = f.parse.parallelism.unwrap_or(1);
-    if !(1..=64).contains(&parse_parallelism) {
-        return Err(invalid("parse.parallelism", format!("{parse_parallelism}: allowed 1 to 64")));
+    let parse_parallelism = f.parse.parallelism.unwrap_or(DEFAULT_PARSE_PARALLELISM);
+    if !(1..=MAX_PARSE_PARALLELISM).contains(&parse_parallelism) {
+        return Err(invalid("parse.parallelism", format!("{parse_parallelism}: allowed 1 to {MAX_PARSE_PARALLELISM}")));
     }
     let parse = stage("parse", f.parse)?;
     let transforms = f

@@ -78,9 +78,18 @@ impl SourceBatch {
         self.positions.is_empty() && self.bad.is_empty()
     }
 
-    /// Room for `n` records of ~128 bytes, so a batch's columns do not grow record by record.
-    pub(super) fn with_capacity(n: usize) -> Self {
-        let mut b = Self::default();
+    /// Room for `n` records of ~128 bytes, so a batch's columns do not grow record by record;
+    /// in `spare`'s columns, if the pipeline gave one back ([`Source::recycle`]): a batch's
+    /// columns are megabytes, allocated afresh every few milliseconds otherwise, and each fresh
+    /// allocation faults its pages in zeroed.
+    pub(super) fn with_capacity(n: usize, spare: &mut Option<SourceBatch>) -> Self {
+        let mut b = match spare.take() {
+            Some(mut b) => {
+                b.clear();
+                b
+            }
+            None => Self::default(),
+        };
         let r = &mut b.records;
         r.values.reserve(n * 128);
         r.value_ends.reserve(n);
@@ -90,6 +99,20 @@ impl SourceBatch {
         r.offsets.reserve(n);
         b.positions.reserve(n);
         b
+    }
+
+    fn clear(&mut self) {
+        let r = &mut self.records;
+        r.values.clear();
+        r.value_ends.clear();
+        r.keys.clear();
+        r.key_ends.clear();
+        r.timestamps.clear();
+        r.partitions.clear();
+        r.offsets.clear();
+        r.headers.clear();
+        self.positions.clear();
+        self.bad.clear();
     }
 
     /// Adds a record with its headers (name, value); one over [`MAX_RECORD_BYTES`] becomes a bad
@@ -153,7 +176,7 @@ pub(crate) struct Limit {
 }
 
 pub(crate) enum Source {
-    Replay(replay::ReplaySource),
+    Replay(Box<replay::ReplaySource>),
     Kafka(Box<kafka::KafkaSource>),
 }
 
@@ -162,10 +185,10 @@ impl Source {
     pub(crate) fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Self, SourceError> {
         match (&cfg.kind, at) {
             (SourceKind::Replay { path, format }, None) => {
-                Ok(Source::Replay(replay::ReplaySource::open(path, *format, ReplayPosition::default())?))
+                Ok(Source::Replay(Box::new(replay::ReplaySource::open(path, *format, ReplayPosition::default())?)))
             }
             (SourceKind::Replay { path, format }, Some(Offsets::Replay(p))) => {
-                Ok(Source::Replay(replay::ReplaySource::open(path, *format, *p)?))
+                Ok(Source::Replay(Box::new(replay::ReplaySource::open(path, *format, *p)?)))
             }
             (SourceKind::Kafka(k), None) => Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, &[], stop)?))),
             (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
@@ -204,6 +227,14 @@ impl Source {
                 let expected = s.offsets().kind();
                 Err(SourceError::WrongOffsets { expected, found: found.kind() })
             }
+        }
+    }
+
+    /// Takes back a batch the pipeline is done with, to read the next one into its columns.
+    pub(crate) fn recycle(&mut self, batch: SourceBatch) {
+        match self {
+            Source::Replay(s) => s.spare = Some(batch),
+            Source::Kafka(s) => s.spare = Some(batch),
         }
     }
 

@@ -26,6 +26,8 @@ pub(crate) struct ReplaySource {
     /// Lines consumed so far (for 1-based line numbers).
     line: u64,
     buf: Vec<u8>,
+    /// A batch the pipeline gave back, to read the next one into ([`super::Source::recycle`]).
+    pub(super) spare: Option<SourceBatch>,
 }
 
 /// Where a replay stands: saved in every checkpoint.
@@ -71,6 +73,7 @@ impl ReplaySource {
             pos: at.byte,
             line: at.line,
             buf: Vec::with_capacity(256),
+            spare: None,
         })
     }
 
@@ -98,7 +101,7 @@ impl ReplaySource {
     /// Reads up to `max` records, up to byte `end`, stopping once the batch holds `cap` bytes.
     fn read(&mut self, max: usize, end: u64, to_the_end: bool, cap: usize) -> Result<SourceBatch, ReplayError> {
         let io = |path: &Path, e| ReplayError::Io { path: path.to_path_buf(), source: e };
-        let mut batch = SourceBatch::with_capacity(max.min(1 << 16));
+        let mut batch = SourceBatch::with_capacity(max.min(1 << 16), &mut self.spare);
         while batch.len() + batch.bad.len() < max && self.pos < end && batch.records.values.len() < cap {
             // Lines are taken straight from the reader's buffer; one that straddles the end of
             // the buffer (or the file's last, unfinished line) is collected in `buf`.

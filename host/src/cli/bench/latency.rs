@@ -77,6 +77,8 @@ const PRODUCER_LINGER_MS: &str = "1";
 /// only when this has passed (it never answers early), so it is kept short; 0 would make the
 /// reader ask again at once, forever, on the cores the pipeline needs.
 const READER_FETCH_WAIT_MS: &str = "1";
+/// The orders' seed: `weir gen orders RATE*SECONDS --seed 11` writes what a run produces.
+const SEED: u64 = 11;
 /// How long the pipeline may take to pass the last orders on after the producer is done.
 const DRAIN: Duration = Duration::from_millis(500);
 
@@ -205,7 +207,9 @@ fn produce(
         .set("linger.ms", PRODUCER_LINGER_MS)
         .create()
         .context("cannot create the producer")?;
-    let mut orders = OrderStream::new(u64::MAX, 11);
+    // The stream `weir gen orders RATE*SECONDS --seed 11` writes, as far as the run gets.
+    let planned = rate.saturating_mul(duration.as_secs().max(1));
+    let mut orders = OrderStream::new(planned, SEED);
     let pacer = crate::cli::Pacer::new(rate);
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) && pacer.elapsed() < duration {

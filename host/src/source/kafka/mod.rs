@@ -105,6 +105,8 @@ pub(crate) struct KafkaSource {
     highs: Vec<i64>,
     stop: Arc<AtomicBool>,
     last_error_log: Option<Instant>,
+    /// A batch the pipeline gave back, to read the next one into ([`super::Source::recycle`]).
+    pub(super) spare: Option<SourceBatch>,
 }
 
 impl KafkaSource {
@@ -161,7 +163,16 @@ impl KafkaSource {
         consumer.assign(&tpl).map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
         tracing::info!(partitions = parts.len(), "kafka source assigned {}", describe(&cfg.topics, &parts));
         let highs = vec![-1; parts.len()];
-        Ok(Self { consumer, topics: cfg.topics.clone(), parts, bound: None, highs, stop, last_error_log: None })
+        Ok(Self {
+            consumer,
+            topics: cfg.topics.clone(),
+            parts,
+            bound: None,
+            highs,
+            stop,
+            last_error_log: None,
+            spare: None,
+        })
     }
 
     pub(crate) fn topics(&self) -> &[String] {
@@ -265,7 +276,8 @@ impl KafkaSource {
         // Room for the whole plan (offsets without records only leave some unused), so the
         // columns do not grow, and copy, record by record.
         let planned: i64 = self.parts.iter().zip(ends).map(|(p, &end)| (end - p.next).max(0)).sum();
-        let mut batch = SourceBatch::with_capacity(usize::try_from(planned).unwrap_or(0).min(PLAN_ROOM_MAX));
+        let mut batch =
+            SourceBatch::with_capacity(usize::try_from(planned).unwrap_or(0).min(PLAN_ROOM_MAX), &mut self.spare);
         let mut open = 0;
         for (p, &end) in self.parts.iter_mut().zip(ends) {
             while p.next < end {
