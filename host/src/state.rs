@@ -1,13 +1,19 @@
-//! Window state in RocksDB on disk.
+//! Operator state in RocksDB on disk.
 //!
-//! A batch's changes are staged in memory and reach RocksDB in one atomic write together with
-//! the checkpoint record of that batch, so the store always reflects a whole number of batches:
-//! after a crash it is exactly the state as of the last committed batch, and the interrupted
-//! batch re-runs from there.
+//! Changes are staged in memory and reach RocksDB in one atomic write together with the
+//! checkpoint record of the batch they bring the state to, so the store always reflects a whole
+//! number of batches: after a crash it is exactly the state as of the last checkpointed batch,
+//! and the batches after it re-run from there (their plans say what they read). Staging lasts
+//! from one checkpoint to the next, which may span several batches (`checkpoint.interval`): a
+//! key changed in every batch is written to RocksDB once per checkpoint, not once per batch.
 //!
-//! Keys are ordered so that range scans answer the engine's questions: `p` + pane start + key
-//! (panes by time), `s` + key + session start (a key's sessions), `e` + session end + key +
-//! start (sessions by end, to find the final ones).
+//! Within a batch the failure policy needs to undo a failed call's changes: a savepoint starts
+//! a journal of what each change replaced, and a rollback plays it backwards. Outside a
+//! savepoint nothing is journaled.
+//!
+//! Every operator keys its entries under its own scope (the first bytes, `operator::Scope`),
+//! ordered so that range scans answer its questions (panes by time, a key's sessions, a key's
+//! timers by time); the checkpoint record is the key [`META`] outside every scope.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -29,14 +35,20 @@ pub(crate) struct StateStore {
     db: Arc<DB>,
     path: PathBuf,
     staged: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
+    /// While a savepoint is open: each change, with what it replaced.
+    journal: Option<Vec<Undo>>,
     /// Commits are synced. Off only to measure what that costs.
     fsync: bool,
 }
 
 const META: &[u8] = b"m";
 
-/// Staged changes as they were at some point in a batch.
-pub(crate) struct Savepoint(BTreeMap<Vec<u8>, Option<Vec<u8>>>);
+/// One journaled change: the key, and its staged entry before the change (`None`: it had none).
+type Undo = (Vec<u8>, Option<Option<Vec<u8>>>);
+
+/// Where the journal stood: [`StateStore::rollback`] undoes what came after.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Savepoint(usize);
 
 /// A key and its value.
 pub(crate) type Entry = (Vec<u8>, Vec<u8>);
@@ -50,15 +62,24 @@ impl StateStore {
         // list to insert into. Measured on sessions per user (writes dominate): 64 MB (RocksDB's
         // default) 0.29M events/s, 16 MB 0.34M, 8 MB 0.35M; panes write a few keys a batch.
         opts.set_write_buffer_size(16 << 20);
+        // Operators look up keys that are mostly absent (a new dedup key, a user without a
+        // session): a bloom filter answers those without reading a block.
+        let mut table = rocksdb::BlockBasedOptions::default();
+        table.set_bloom_filter(10.0, false);
+        opts.set_block_based_table_factory(&table);
         let db = DB::open(&opts, path).map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
-        Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
+        Ok(Self::over(db, path))
+    }
+
+    fn over(db: DB, path: &Path) -> Self {
+        Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), journal: None, fsync: true }
     }
 
     /// Opens a store another process may be writing, to look at it (`weir inspect`).
     pub(crate) fn open_read_only(path: &Path) -> Result<Self, StateError> {
         let db = DB::open_for_read_only(&Options::default(), path, false)
             .map_err(|e| StateError::Db { path: path.to_path_buf(), source: e })?;
-        Ok(Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), fsync: true })
+        Ok(Self::over(db, path))
     }
 
     fn err(&self, e: rocksdb::Error) -> StateError {
@@ -78,23 +99,46 @@ impl StateStore {
         self
     }
 
-    /// The changes staged so far, to [`StateStore::rollback`] to if what comes next fails.
-    /// A copy: taken at a batch's start it is empty, and mid-batch only on the failure path.
-    pub(crate) fn savepoint(&self) -> Savepoint {
-        Savepoint(self.staged.clone())
+    /// Starts (or continues) journaling changes, so that [`StateStore::rollback`] can undo
+    /// what comes after this point. Savepoints nest: each rolls back to where it was taken.
+    pub(crate) fn savepoint(&mut self) -> Savepoint {
+        Savepoint(self.journal.get_or_insert_with(Vec::new).len())
     }
 
-    /// Drops the changes staged since `savepoint`.
+    /// Undoes the changes made since `savepoint`.
     pub(crate) fn rollback(&mut self, savepoint: Savepoint) {
-        self.staged = savepoint.0;
+        let Some(journal) = self.journal.as_mut() else { return };
+        for (key, before) in journal.drain(savepoint.0..).rev() {
+            match before {
+                Some(v) => self.staged.insert(key, v),
+                None => self.staged.remove(&key),
+            };
+        }
+    }
+
+    /// Keeps what was done since the outermost savepoint and stops journaling.
+    pub(crate) fn release(&mut self) {
+        self.journal = None;
     }
 
     pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
-        self.staged.insert(key, Some(value));
+        self.stage(key, Some(value));
     }
 
     pub(crate) fn delete(&mut self, key: Vec<u8>) {
-        self.staged.insert(key, None);
+        self.stage(key, None);
+    }
+
+    fn stage(&mut self, key: Vec<u8>, value: Option<Vec<u8>>) {
+        match self.journal.as_mut() {
+            Some(journal) => {
+                let before = self.staged.insert(key.clone(), value);
+                journal.push((key, before));
+            }
+            None => {
+                self.staged.insert(key, value);
+            }
+        }
     }
 
     /// Entries with `from <= key < to`, staged changes applied, in key order.
@@ -134,6 +178,7 @@ impl StateStore {
     /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic write,
     /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
     pub(crate) fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
+        self.journal = None;
         let batch = write_batch(std::mem::take(&mut self.staged), meta);
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.err(e))?;
         if self.fsync {
@@ -147,6 +192,7 @@ impl StateStore {
     /// mode commits off the record path. The store shows the staged changes only once the job
     /// has run, so nothing may read them before (continuous pipelines stage none).
     pub(crate) fn commit_later(&mut self, meta: Vec<u8>) -> impl FnOnce() -> Result<(), StateError> + Send + 'static {
+        self.journal = None;
         let staged = std::mem::take(&mut self.staged);
         let (db, path, fsync) = (self.db.clone(), self.path.clone(), self.fsync);
         move || {
@@ -205,6 +251,29 @@ mod tests {
             assert!(time_key(w[0]) < time_key(w[1]));
             assert_eq!(time_from_key(&time_key(w[0])), w[0]);
         }
+    }
+
+    #[test]
+    fn a_rollback_undoes_exactly_what_came_after_its_savepoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = StateStore::open(dir.path()).unwrap();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        let outer = s.savepoint();
+        s.put(b"a".to_vec(), b"2".to_vec());
+        s.put(b"b".to_vec(), b"1".to_vec());
+        let inner = s.savepoint();
+        s.delete(b"a".to_vec());
+        s.put(b"c".to_vec(), b"1".to_vec());
+        s.rollback(inner);
+        assert_eq!(s.get(b"a").unwrap(), Some(b"2".to_vec()));
+        assert_eq!(s.get(b"c").unwrap(), None);
+        s.rollback(outer);
+        assert_eq!(s.get(b"a").unwrap(), Some(b"1".to_vec()), "staged before the savepoint: kept");
+        assert_eq!(s.get(b"b").unwrap(), None);
+        s.release();
+        s.put(b"d".to_vec(), b"1".to_vec());
+        s.rollback(outer);
+        assert_eq!(s.get(b"d").unwrap(), Some(b"1".to_vec()), "released: nothing to undo");
     }
 
     #[test]
