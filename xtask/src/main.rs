@@ -167,8 +167,11 @@ fn test(tansu: PathBuf) -> Result<()> {
 mod tests {
     use std::path::{Path, PathBuf};
 
+    /// At run time first: checkouts that share a target directory share one test binary, and
+    /// `env!` names the checkout that built it.
     fn root() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("xtask lives in the workspace").to_path_buf()
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
+        Path::new(&manifest).parent().expect("xtask lives in the workspace").to_path_buf()
     }
 
     /// Every text file git tracks, with its path relative to the root.

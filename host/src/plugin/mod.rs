@@ -132,6 +132,10 @@ impl Runtime {
         config.consume_fuel(fuel);
         // Component-model async costs ~230 ns on every call; no plugin interface is async.
         config.concurrency_support(false);
+        #[cfg(feature = "profiling")]
+        if std::env::var("WEIR_PROFILE").as_deref() == Ok("perfmap") {
+            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine(e.to_string()))?;
 
         let mut linker = Linker::new(&engine);
