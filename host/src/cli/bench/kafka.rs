@@ -3,15 +3,18 @@
 //! enough to hold them all (so every partition's event time moves with the others, as on a
 //! topic keyed by anything but time, and the watermark and the rows are the replay's). Then the
 //! pipeline reads them from there: a micro-batch pipeline with `available-now` (it ends at the
-//! high watermarks it found), a continuous one until its parser has seen every order.
+//! high watermarks it found), a continuous one until its parser has seen every order. Last, a
+//! bare consumer with the pipeline's consumer settings reads the same records from the same
+//! broker, no engine behind it: what the client and the broker alone allow.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use rdkafka::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 use crate::cli::broker::{BATCHED, Embedded};
 use crate::pipeline::{KafkaSourceConfig, Pipeline, SourceKind, StartingOffsets, Trigger};
@@ -33,6 +36,8 @@ pub(super) struct KafkaInput {
     pub orders: u64,
     pub partitions: i32,
     pub produce_s: f64,
+    topic: String,
+    source: KafkaSourceConfig,
 }
 
 /// Produces `n` orders of `seed` into the embedded broker and points `p` at them.
@@ -66,8 +71,39 @@ pub(super) fn prepare(p: &mut Pipeline, n: u64, seed: u64) -> Result<KafkaInput>
     let started = Instant::now();
     produce(&broker.brokers, &topic, partitions, n, seed)?;
     let produce_s = started.elapsed().as_secs_f64();
-    Ok(KafkaInput { _broker: broker, orders: n, partitions, produce_s })
+    let SourceKind::Kafka(source) = &p.source.kind else { bail!("the pipeline reads Kafka by now") };
+    let source = KafkaSourceConfig { group_id: format!("{}-bare", source.group_id), ..source.clone() };
+    Ok(KafkaInput { _broker: broker, orders: n, partitions, produce_s, topic, source })
 }
+
+/// Reads every order with a bare consumer (the pipeline's consumer settings, every partition
+/// from its start), doing nothing with them; returns the seconds it took.
+pub(super) fn bare_read(input: &KafkaInput) -> Result<f64> {
+    let consumer: BaseConsumer =
+        crate::source::kafka::consumer_config(&input.source).create().context("cannot create the bare consumer")?;
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..input.partitions {
+        tpl.add_partition_offset(&input.topic, p, Offset::Beginning).context("bare consumer: partitions")?;
+    }
+    consumer.assign(&tpl).context("bare consumer: assign")?;
+    let started = Instant::now();
+    let mut read = 0u64;
+    while read < input.orders {
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(_)) => read += 1,
+            Some(Err(e)) => bail!("bare consumer: {e}"),
+            None if started.elapsed() > BARE_DEADLINE => {
+                bail!("bare consumer: {read} of {} after {BARE_DEADLINE:?}", input.orders)
+            }
+            None => {}
+        }
+    }
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// How long the bare consumer may take: the records are all there, so only a broken broker
+/// takes this long.
+const BARE_DEADLINE: Duration = Duration::from_secs(600);
 
 fn produce(brokers: &str, topic: &str, partitions: i32, n: u64, seed: u64) -> Result<()> {
     let mut config = ClientConfig::new();

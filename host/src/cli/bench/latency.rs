@@ -71,7 +71,7 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// producer at rate does. Without it, the embedded broker, which hands out one record batch
 /// per partition per fetch and finds it by a walk over the partition's batches, falls behind at
 /// a few thousand single-record batches a second. It is part of what is measured: the same
-/// setting is in the `--broker-only` figure.
+/// setting is in the `--baseline` figures.
 const PRODUCER_LINGER_MS: &str = "1";
 /// The reader's `fetch.wait.max.ms`. The embedded broker answers a fetch that finds nothing
 /// only when this has passed (it never answers early), so it is kept short; 0 would make the

@@ -124,6 +124,20 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
         digest.hex()?,
     );
 
+    if let Some(input) = input.as_ref().filter(|_| !continuous) {
+        let cpu = cpu_seconds();
+        let secs = kafka::bare_read(input)?;
+        let cpu = cpu_seconds() - cpu;
+        let n = input.orders as f64;
+        println!(
+            "bare consumer (the pipeline's consumer settings, no engine), same broker: {} records in {secs:.3}s = \
+             {:.0} records/s, {:.0} per CPU-second",
+            input.orders,
+            n / secs.max(1e-9),
+            n / cpu.max(1e-9),
+        );
+    }
+
     if a.restart {
         // The rest of the events arrive; a new engine (compiled components from the cache, as
         // after a process restart) resumes from the checkpoint the first run left.
