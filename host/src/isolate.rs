@@ -13,7 +13,7 @@
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::columns;
+use crate::columns::{self, ColumnFull};
 use crate::operator::{OperatorError, Processed};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
@@ -36,6 +36,8 @@ pub(crate) trait StageFailure: std::fmt::Display {
     fn isolatable(&self) -> bool;
     /// The error for a run stopped (by SIGTERM) in the middle of isolating after `self`.
     fn stopped(&self) -> Self;
+    /// The error for output that grew past what a batch column holds while isolating.
+    fn too_large(&self, full: ColumnFull) -> Self;
 }
 
 impl StageFailure for PluginError {
@@ -44,6 +46,9 @@ impl StageFailure for PluginError {
     }
     fn stopped(&self) -> Self {
         PluginError::Stopped { stage: self.stage().to_string() }
+    }
+    fn too_large(&self, full: ColumnFull) -> Self {
+        PluginError::Columns(full)
     }
 }
 
@@ -58,13 +63,17 @@ impl StageFailure for OperatorError {
         };
         OperatorError::Plugin(PluginError::Stopped { stage })
     }
+    fn too_large(&self, full: ColumnFull) -> Self {
+        OperatorError::Columns(full)
+    }
 }
 
 /// What a stage returns for a range of items, and how the parts join up.
 pub(crate) trait StageOutput {
     fn empty() -> Self;
-    /// Appends `o`, whose item indices count from `offset`.
-    fn append(&mut self, o: Self, offset: u32);
+    /// Appends `o`, whose item indices count from `offset`; nothing if a column would pass
+    /// what its offsets reach.
+    fn append(&mut self, o: Self, offset: u32) -> Result<(), ColumnFull>;
 }
 
 /// Parse and transform: events and record errors.
@@ -72,16 +81,20 @@ impl StageOutput for BatchOutput {
     fn empty() -> Self {
         BatchOutput { events: EventBatch::default(), errors: Vec::new() }
     }
-    fn append(&mut self, o: Self, offset: u32) {
+    fn append(&mut self, o: Self, offset: u32) -> Result<(), ColumnFull> {
         let (d, s) = (&mut self.events, o.events);
+        // Both checked before either grows, so a refusal leaves `self` as it was.
+        columns::end_after(d.rows.len(), s.rows.len())?;
+        columns::end_after(d.keys.len(), s.keys.len())?;
+        columns::append(&mut d.rows, &mut d.row_ends, &s.rows, &s.row_ends)?;
+        columns::append(&mut d.keys, &mut d.key_ends, &s.keys, &s.key_ends)?;
         d.times.extend(s.times);
-        columns::append(&mut d.rows, &mut d.row_ends, &s.rows, &s.row_ends);
-        columns::append(&mut d.keys, &mut d.key_ends, &s.keys, &s.key_ends);
         d.origins.extend(s.origins.iter().map(|o| o + offset));
         self.errors.extend(o.errors.into_iter().map(|mut e| {
             e.index += offset;
             e
         }));
+        Ok(())
     }
 }
 
@@ -90,9 +103,10 @@ impl StageOutput for Processed {
     fn empty() -> Self {
         Processed::default()
     }
-    fn append(&mut self, o: Self, offset: u32) {
+    fn append(&mut self, o: Self, offset: u32) -> Result<(), ColumnFull> {
         self.late.extend(o.late.into_iter().map(|i| i + offset));
         self.invalid.extend(o.invalid.into_iter().map(|(i, why)| (i + offset, why)));
+        Ok(())
     }
 }
 
@@ -142,7 +156,7 @@ fn bisect<O: StageOutput, E: StageFailure>(
             return Err(first.stopped());
         }
         match call(half.clone()) {
-            Ok(o) => out.append(o, half.start as u32),
+            Ok(o) => out.append(o, half.start as u32).map_err(|full| first.too_large(full))?,
             Err(e) if !e.isolatable() => return Err(e),
             Err(e) if half.len() == 1 => failed.push((half.start, e)),
             Err(_) => bisect(first, stop, half, call, out, failed)?,

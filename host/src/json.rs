@@ -28,7 +28,7 @@ pub(crate) fn misshapen(rows: &[u8], ends: &[u32]) -> Vec<(usize, &'static str)>
             if let ([b'{', ..], [.., b'}']) = (row, row) {
                 continue;
             }
-            let (start, end) = (if i == 0 { 0 } else { ends[i - 1] as usize }, ends[i] as usize);
+            let std::ops::Range { start, end } = columns::span(ends, i);
             if !text.is_char_boundary(start) || !text.is_char_boundary(end) {
                 bad.push((i, "row is not UTF-8"));
             } else if !braced(row) {
@@ -92,7 +92,7 @@ mod tests {
     fn a_column_is_checked_row_by_row_even_when_the_whole_is_valid() {
         let (mut rows, mut ends) = (Vec::new(), Vec::new());
         for r in [&b"{}"[..], b"[2]", b"{\"x\":\"\xc3", b"\xa9\"}", b"{\"ok\":1}"] {
-            columns::push(&mut rows, &mut ends, r);
+            columns::push(&mut rows, &mut ends, r).unwrap();
         }
         let bad: Vec<usize> = misshapen(&rows, &ends).into_iter().map(|(i, _)| i).collect();
         assert_eq!(bad, vec![1, 2, 3], "a character split between rows makes both invalid");
@@ -107,7 +107,7 @@ mod tests {
         crate::workload::orders(200_000, 1, &mut text).unwrap();
         let (mut rows, mut ends) = (Vec::new(), Vec::new());
         for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            columns::push(&mut rows, &mut ends, line);
+            columns::push(&mut rows, &mut ends, line).unwrap();
         }
         let n = ends.len() as f64;
         for _ in 0..3 {

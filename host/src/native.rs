@@ -94,8 +94,8 @@ impl ParseFns for Orders {
                 Ok((ts, user)) => {
                     e.times.push(ts);
                     let key = user.filter(|_| self.key_by_user).map(|u| u.to_string()).unwrap_or_default();
-                    columns::push(&mut e.keys, &mut e.key_ends, key.as_bytes());
-                    columns::push(&mut e.rows, &mut e.row_ends, value);
+                    columns::push(&mut e.keys, &mut e.key_ends, key.as_bytes())?;
+                    columns::push(&mut e.rows, &mut e.row_ends, value)?;
                     e.origins.push(i as u32);
                 }
                 Err((kind, message)) => out.errors.push(RecordError { index: i as u32, kind, message }),
@@ -228,7 +228,7 @@ mod tests {
         let mut input = RawBatch::default();
         for l in lines {
             input.values.extend_from_slice(l.as_bytes());
-            input.value_ends.push(input.values.len() as u32);
+            input.value_ends.push(input.values.len() as u32); // a test's few bytes
         }
         let out = Orders::new(true).parse(&input).unwrap();
         assert_eq!((out.events.times.clone(), out.events.keys.clone()), (vec![5, 6], b"78".to_vec()));

@@ -41,8 +41,9 @@ impl StageOutput for Accs {
     fn empty() -> Self {
         Accs(Vec::new())
     }
-    fn append(&mut self, o: Self, _offset: u32) {
+    fn append(&mut self, o: Self, _offset: u32) -> Result<(), crate::columns::ColumnFull> {
         self.0.extend(o.0);
+        Ok(())
     }
 }
 
@@ -152,7 +153,7 @@ pub(super) fn finish(
             Ok(row) if row.is_empty() => continue, // the plugin chose not to emit this window
             Ok(row) => match body(&row) {
                 Ok(body) => {
-                    columns::push(&mut out.rows, &mut out.row_ends, &line(&w, body));
+                    columns::push(&mut out.rows, &mut out.row_ends, &line(&w, body))?;
                     added += 1;
                     continue;
                 }

@@ -59,8 +59,8 @@ fn events(items: &[(i64, &str)]) -> EventBatch {
     let mut b = EventBatch::default();
     for (i, (t, key)) in items.iter().enumerate() {
         b.times.push(*t);
-        columns::push(&mut b.keys, &mut b.key_ends, key.as_bytes());
-        columns::push(&mut b.rows, &mut b.row_ends, b"{}");
+        columns::push(&mut b.keys, &mut b.key_ends, key.as_bytes()).unwrap();
+        columns::push(&mut b.rows, &mut b.row_ends, b"{}").unwrap();
         b.origins.push(i as u32);
     }
     b

@@ -108,7 +108,7 @@ fn parse_chunks(parser: &mut dyn ParseFns, records: &RawBatch) -> Result<BatchOu
     }
     let mut out = BatchOutput::empty();
     for r in ranges {
-        out.append(parser.parse(&slice_records(records, r.clone()))?, r.start as u32);
+        out.append(parser.parse(&slice_records(records, r.clone()))?, r.start as u32)?;
     }
     Ok(out)
 }

@@ -29,6 +29,8 @@ pub(crate) enum OperatorError {
     Plugin(#[from] PluginError),
     #[error(transparent)]
     State(#[from] StateError),
+    #[error(transparent)]
+    Columns(#[from] crate::columns::ColumnFull),
     #[error("state entry {key:?} is corrupt: {message}")]
     Corrupt { key: String, message: String },
     #[error(

@@ -26,7 +26,7 @@ impl Operator for PassThrough {
         let mut set_aside = Processed::default();
         for (i, row) in columns::items(&events.rows, &events.row_ends).enumerate() {
             match json::check_object(row) {
-                Ok(()) => columns::push(&mut out.rows, &mut out.row_ends, row),
+                Ok(()) => columns::push(&mut out.rows, &mut out.row_ends, row)?,
                 Err(why) => set_aside.invalid.push((i as u32, why)),
             }
         }

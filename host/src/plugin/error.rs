@@ -10,6 +10,8 @@ pub(crate) use super::bindings::weir::plugin::types::PluginError as WitError;
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PluginError {
+    #[error(transparent)]
+    Columns(#[from] crate::columns::ColumnFull),
     #[error("wasm engine: {0}")]
     Engine(String),
     #[error("cannot read plugin {}", path.display())]
@@ -79,7 +81,7 @@ impl PluginError {
             | Self::Contract { stage, .. }
             | Self::Limit { stage, .. }
             | Self::Stopped { stage } => stage,
-            Self::Engine(_) | Self::Read { .. } | Self::Compile { .. } | Self::Version { .. } => "",
+            Self::Columns(_) | Self::Engine(_) | Self::Read { .. } | Self::Compile { .. } | Self::Version { .. } => "",
         }
     }
 }

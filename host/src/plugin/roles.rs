@@ -130,7 +130,7 @@ fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, mut out: BatchOutput) ->
         let index = out.events.origins[i];
         out.errors.push(RecordError { index, kind: RecordErrorKind::InvalidValue, message: why.to_string() });
     }
-    settle(&mut out);
+    settle(&mut out)?;
     count(sandbox, inputs, &out);
     Ok(out)
 }
@@ -138,9 +138,9 @@ fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, mut out: BatchOutput) ->
 /// At most one error per input (the plugin's first, else the host's), its message cut to
 /// [`MAX_ERROR_MESSAGE`] bytes, and no event from an input that has one: one record is one dead
 /// letter at most, however many errors a plugin reports for it, and never also delivered.
-fn settle(out: &mut BatchOutput) {
+fn settle(out: &mut BatchOutput) -> Result<(), crate::columns::ColumnFull> {
     if out.errors.is_empty() {
-        return;
+        return Ok(());
     }
     out.errors.sort_by_key(|e| e.index); // stable: an input's first error stays first
     out.errors.dedup_by_key(|e| e.index);
@@ -156,16 +156,17 @@ fn settle(out: &mut BatchOutput) {
     }
     let failed = |origin: u32| out.errors.binary_search_by_key(&origin, |e| e.index).is_ok();
     if !out.events.origins.iter().any(|&o| failed(o)) {
-        return;
+        return Ok(());
     }
     let (ev, mut kept) = (&out.events, EventBatch::default());
     for i in (0..ev.times.len()).filter(|&i| !failed(ev.origins[i])) {
         kept.times.push(ev.times[i]);
-        columns::push(&mut kept.keys, &mut kept.key_ends, columns::item(&ev.keys, &ev.key_ends, i));
-        columns::push(&mut kept.rows, &mut kept.row_ends, columns::item(&ev.rows, &ev.row_ends, i));
+        columns::push(&mut kept.keys, &mut kept.key_ends, columns::item(&ev.keys, &ev.key_ends, i))?;
+        columns::push(&mut kept.rows, &mut kept.row_ends, columns::item(&ev.rows, &ev.row_ends, i))?;
         kept.origins.push(ev.origins[i]);
     }
     out.events = kept;
+    Ok(())
 }
 
 /// What the engine needs of a parser stage: the Wasm [`Parser`], or a native baseline.
@@ -359,3 +360,33 @@ impl Sink {
 }
 
 pub(crate) use sink::RowBatch;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugin::{RecordError, RecordErrorKind};
+
+    fn error(index: u32, message: &str) -> RecordError {
+        RecordError { index, kind: RecordErrorKind::InvalidValue, message: message.to_string() }
+    }
+
+    #[test]
+    fn settle_keeps_one_cut_error_per_input_and_no_event_of_it() {
+        let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
+        for (i, row) in [b"{\"a\":0}", b"{\"a\":1}", b"{\"a\":2}"].iter().enumerate() {
+            out.events.times.push(i as i64);
+            columns::push(&mut out.events.rows, &mut out.events.row_ends, &row[..]).unwrap();
+            columns::push(&mut out.events.keys, &mut out.events.key_ends, b"k").unwrap();
+            out.events.origins.push(i as u32);
+        }
+        out.errors = vec![error(1, &"é".repeat(2_000)), error(1, "second"), error(0, "first of 0")];
+        settle(&mut out).unwrap();
+        let indices: Vec<u32> = out.errors.iter().map(|e| e.index).collect();
+        assert_eq!(indices, vec![0, 1], "one error per input, in input order");
+        assert_eq!(out.errors[0].message, "first of 0");
+        let cut = &out.errors[1].message;
+        assert!(cut.len() <= MAX_ERROR_MESSAGE + 3 && cut.ends_with("...") && cut.starts_with('é'), "{cut}");
+        assert_eq!(out.events.origins, vec![2], "inputs with an error deliver no event");
+        assert_eq!(columns::item(&out.events.rows, &out.events.row_ends, 0), b"{\"a\":2}");
+    }
+}

@@ -116,7 +116,8 @@ impl SourceBatch {
     }
 
     /// Adds a record with its headers (name, value); one over [`MAX_RECORD_BYTES`] becomes a bad
-    /// record instead.
+    /// record instead, and so would one that did not fit the batch's columns (readers end a
+    /// batch at [`MAX_BATCH_BYTES`], far below, so none does).
     fn push(
         &mut self,
         value: &[u8],
@@ -125,11 +126,15 @@ impl SourceBatch {
         position: Position,
         headers: impl IntoIterator<Item = (String, Vec<u8>)>,
     ) {
-        if value.len() + key.len() > MAX_RECORD_BYTES {
+        let r = &self.records;
+        let fits = crate::columns::end_after(r.values.len(), value.len()).is_ok()
+            && crate::columns::end_after(r.keys.len(), key.len()).is_ok();
+        if value.len() + key.len() > MAX_RECORD_BYTES || !fits {
             let error = format!(
-                "a record of {} bytes; records are at most {} MiB",
+                "a record of {} bytes; records are at most {} MiB, batches at most {} MiB",
                 value.len() + key.len(),
-                MAX_RECORD_BYTES >> 20
+                MAX_RECORD_BYTES >> 20,
+                MAX_BATCH_BYTES >> 20
             );
             self.bad.push(BadRecord { position, error, raw: value[..value.len().min(1 << 10)].to_vec() });
             return;
@@ -137,8 +142,10 @@ impl SourceBatch {
         let index = self.len() as u32;
         self.records.headers.extend(headers.into_iter().map(|(name, value)| Header { index, name, value }));
         let r = &mut self.records;
-        crate::columns::push(&mut r.values, &mut r.value_ends, value);
-        crate::columns::push(&mut r.keys, &mut r.key_ends, key);
+        // Both fit: checked above.
+        let pushed = crate::columns::push(&mut r.values, &mut r.value_ends, value)
+            .and_then(|()| crate::columns::push(&mut r.keys, &mut r.key_ends, key));
+        debug_assert!(pushed.is_ok());
         r.timestamps.push(timestamp);
         r.partitions.push(position.partition);
         r.offsets.push(position.offset);
