@@ -206,7 +206,9 @@ fn one_record_is_one_dead_letter_and_errors_count_against_the_cap() {
     assert_eq!(rows.len(), 2_000, "the orders, and not the refused record");
     assert_eq!(dead.len(), 3, "one dead letter per record: {}", dead.len());
     assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), at);
-    assert!(dead[0]["error"].as_str().unwrap().len() < 1_100, "the message is cut");
+    // The flood fits under the output cap, so the call succeeds and the host settles its errors.
+    let flood = dead[0]["error"].as_str().unwrap();
+    assert!(flood.len() < 1_100 && flood.ends_with("..."), "the message is cut: {} bytes", flood.len());
     assert_eq!(dead[1]["error"], "delivered and refused at once");
     assert!(dead[2]["error"].as_str().unwrap().contains("limits.max_output_mb"), "{}", dead[2]);
 }
@@ -268,6 +270,50 @@ retries = 0
     let Tested { rows, dead, .. } = window("merge = \"empty\"", sliding);
     assert!(rows.is_empty(), "no window finished from an empty accumulator");
     assert!(!dead.is_empty() && dead.iter().all(|d| d["error"].as_str().unwrap().contains("empty accumulator")));
+
+    // A trapping merge costs the two sliding windows that hold the marked pane, no other.
+    let Tested { rows, dead, .. } = window("merge = \"trap\"", sliding);
+    assert_eq!(dead.len(), 2, "{dead:#?}");
+    assert!(dead.iter().all(|d| d["error"].as_str().unwrap().contains("merge trapped")), "{}", dead[0]);
+    assert_eq!(rows.len() + 2, sliding_reference(&kept, 120_000, 60_000).len(), "every other window");
+}
+
+/// (9) `migrate` may not return empty accumulators either: the restart with the new build is
+/// refused, naming the contract, and the checkpointed state is left as it was.
+#[test]
+fn a_migration_to_empty_accumulators_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 20_000, 8);
+    std::fs::rename(&events, dir.path().join("events.jsonl")).unwrap();
+    let body = |config: &str| {
+        format!(
+            r#"name = "migrate"
+[source]
+type = "replay"
+path = "events.jsonl"
+[parse]
+plugin = "{{orders_json}}"
+[watermark]
+delay = "10 minutes"
+[window]
+{TUMBLING}
+[aggregate]
+plugin = "{{forger}}"
+config = {{ {config} }}
+[checkpoint]
+location = "{{dir}}/checkpoint"
+"#
+        )
+    };
+    let p = toml(dir.path(), "migrate", &body("state_version = 1"));
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let p = toml(dir.path(), "migrate", &body("state_version = 2, migrate = \"empty\""));
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(stderr(&out).contains("empty accumulator"), "{}", stderr(&out));
+    // The old build still resumes: the refused migration changed nothing.
+    let p = toml(dir.path(), "migrate", &body("state_version = 1"));
+    ok(weir().arg("run").arg(&p).output().unwrap());
 }
 
 /// (6) 40,000 keyed windows final at once, under a 1 MiB output cap: finished in calls below it,
@@ -363,12 +409,13 @@ fn host_log_is_bounded_and_cannot_forge_lines() {
     assert!(dropped >= 990, "{dropped} drops counted");
 }
 
-/// (11) A plugin may not fill the disk through its writable grant.
+/// (11) A plugin may not fill the disk through its writable grant, nor by keeping files alive
+/// under hard links while unlinking their first names.
 #[test]
 fn a_writable_grant_has_a_disk_limit() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("scratch")).unwrap();
-    let (events, at) = orders_with(dir.path(), 1_000, &[r#"{"attack":"disk"}"#]);
+    let (events, at) = orders_with(dir.path(), 1_000, &[r#"{"attack":"disk-links"}"#, r#"{"attack":"disk"}"#]);
     let p = toml(
         dir.path(),
         "flood",
@@ -384,10 +431,15 @@ limits = { max_disk_mb = 16 }
     );
     let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
     assert_eq!(rows.len(), 1_000);
-    assert_eq!(dead.len(), 1);
-    assert_eq!(dead[0]["line"].as_u64(), Some(at[0]));
-    assert!(dead[0]["error"].as_str().unwrap().contains("limits.max_disk_mb"), "{}", dead[0]);
-    let written = std::fs::metadata(dir.path().join("scratch/flood")).map_or(0, |m| m.len());
+    assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), at);
+    assert!(dead.iter().all(|d| d["error"].as_str().unwrap().contains("limits.max_disk_mb")), "{dead:#?}");
+    // Every file there, links and all (each link's data counted once: they are distinct files).
+    let written: u64 = std::fs::read_dir(dir.path().join("scratch"))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap())
+        .filter(|m| m.is_file())
+        .map(|m| m.len())
+        .sum();
     assert!(written <= 16 << 20, "{written} bytes on disk");
 }
 

@@ -4,7 +4,7 @@
 //! shadowed in the linker (as `waits.rs` does for waits) by ones that charge the write to the
 //! directory's [`Bucket`] first: `write` and `set-size` (bytes past the file's current end), and
 //! the output streams `write-via-stream` and `append-via-stream` hand out (each write past the
-//! end the stream knows). `unlink-file-at` gives a file's bytes back. A bucket starts at what the
+//! end the stream knows). `unlink-file-at` gives a file's bytes back when it removes the last link. A bucket starts at what the
 //! directory held when the stage started and is shared by the stage's instances. Which bucket a
 //! descriptor writes to is found from the file's own path (`/proc/self/fd`), so no descriptor has
 //! to be followed from its preopen.
@@ -13,6 +13,7 @@
 //! it, and the failure says which limit it hit.
 
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -180,11 +181,13 @@ pub(crate) fn bound_writes(linker: &mut Linker<HostState>) -> wasmtime::Result<(
         Ok((Ok(wrap(cx.data_mut(), stream, target, |len| len)?),))
     })?;
     fs.func_wrap("[method]descriptor.unlink-file-at", |mut cx: Cx<'_>, (fd, path): (Resource<Descriptor>, String)| {
-        // The file's bytes come back once it is gone; a link's or a missing file's are none.
+        // The file's bytes come back once it is gone; a link's or a missing file's are none, and
+        // so are those of a file another hard link still holds (`link-at`, then unlink: the
+        // data stays on disk, so it stays charged).
         let freed = match cx.data().table.get(&fd) {
             Ok(Descriptor::Dir(d)) => path_of(&*d.dir).and_then(|dir| {
                 let file = dir.join(&path);
-                let m = std::fs::symlink_metadata(&file).ok().filter(|m| m.is_file())?;
+                let m = std::fs::symlink_metadata(&file).ok().filter(|m| m.is_file() && m.nlink() == 1)?;
                 let bucket = cx.data().disk.iter().find(|b| file.starts_with(&b.dir))?.clone();
                 Some((bucket, m.len()))
             }),

@@ -5,13 +5,14 @@
 //! The parser reads orders and forges on the records that ask it to, `{"forge": ..}`:
 //! - `newline`, `array`, `invalid-utf8`: a row that would forge a JSON-lines line, is not an
 //!   object, or is not UTF-8;
-//! - `error-flood`: 10,000 errors of 1 KiB for the one record;
+//! - `error-flood`: 1,000 errors of 4 KiB for the one record (4 MiB: under the tests' output cap);
 //! - `error-and-event`: the record's event and an error for it;
 //! - `error-overflow`: 100,000 errors of 1 KiB, past any output cap;
 //! - `log-flood`: 1,000 log messages of 16 KiB; `log-forge`: a message that forges a log line.
 //!
 //! The aggregator counts (the accumulator is the count in decimal, with `!` when an event had
-//! `"trap": true`) and misbehaves as its `config` says: `merge = "empty"`, `migrate = "empty"`,
+//! `"trap": true`) and misbehaves as its `config` says: `merge = "empty"`, `merge = "trap"` (a
+//! trap when a marked accumulator is merged), `migrate = "empty"`,
 //! `finish = "key"` (rows that repeat the host's `key`) or `finish = "trap"` (a trap on windows
 //! marked `!`), `state_version = N`.
 
@@ -54,7 +55,7 @@ impl parser::Guest for Forger {
                 "newline" => emit(&mut events, ts, i, b"{\"a\":1}\n{\"forged\":true}"),
                 "array" => emit(&mut events, ts, i, b"[1793491186672, 5]"),
                 "invalid-utf8" => emit(&mut events, ts, i, b"{\"s\":\"\xff\"}"),
-                "error-flood" => errors.extend((0..10_000).map(|_| error(i, "e".repeat(1 << 10)))),
+                "error-flood" => errors.extend((0..1_000).map(|_| error(i, "e".repeat(4 << 10)))),
                 "error-and-event" => {
                     emit(&mut events, ts, i, value);
                     errors.push(error(i, "delivered and refused at once".into()));
@@ -122,8 +123,10 @@ impl aggregator::Guest for Forger {
     }
 
     fn merge(accs: Vec<Vec<u8>>, group_ends: Vec<u32>) -> Result<Vec<Vec<u8>>, PluginError> {
-        if config()["merge"] == "empty" {
-            return Ok(vec![Vec::new(); group_ends.len()]);
+        match config()["merge"].as_str() {
+            Some("empty") => return Ok(vec![Vec::new(); group_ends.len()]),
+            Some("trap") if accs.iter().any(|a| marked(a)) => panic!("merge trapped on a marked accumulator"),
+            _ => {}
         }
         let mut start = 0usize;
         Ok(group_ends

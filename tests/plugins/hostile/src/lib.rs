@@ -15,7 +15,9 @@
 //! - `clock`, `env`, `random`: emit what the sandbox lets them see, for the test to check;
 //! - `symlink`: plants `/scratch/dead-letters.jsonl -> ../victim.txt` in its writable grant (a
 //!   relative target, which WASI allows), for a host that writes there to follow;
-//! - `disk`: writes 256 MiB into `/scratch/flood` (the disk limit).
+//! - `disk`: writes 256 MiB into `/scratch/flood` (the disk limit);
+//! - `disk-links`: 1 MiB files, each hard-linked and then unlinked, 256 times: the data stays on
+//!   disk under the links, so unlinking must not give its bytes back.
 //!
 //! It is also an aggregator that counts events, and attacks on the events that ask it to:
 //! `{"aggregate": "loop" | "panic", "order_ts": ...}` (the parser passes those through). It
@@ -124,6 +126,18 @@ impl Parser for Hostile {
                 match written {
                     Ok(()) => out.emit(0, None, &serde_json::json!({ "wrote_mb": 256 })),
                     Err(e) => Err(RecordError::invalid_value(format!("disk: {e}"))),
+                }
+            }
+            "disk-links" => {
+                let chunk = vec![7u8; 1 << 20];
+                let linked = (0..256).try_for_each(|i| {
+                    std::fs::write("/scratch/f", &chunk)?;
+                    std::fs::hard_link("/scratch/f", format!("/scratch/link-{i}"))?;
+                    std::fs::remove_file("/scratch/f")
+                });
+                match linked {
+                    Ok(()) => out.emit(0, None, &serde_json::json!({ "linked_mb": 256 })),
+                    Err(e) => Err(RecordError::invalid_value(format!("disk-links: {e}"))),
                 }
             }
             other => Err(RecordError::invalid_value(format!("unknown attack {other}"))),
