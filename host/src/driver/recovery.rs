@@ -57,7 +57,7 @@ pub(super) fn start(
         }
         _ => None,
     };
-    let cache = stages.runtime.as_ref().map(|r| r.cache_dir().to_path_buf());
+    let cache = stages.runtime.as_ref().and_then(|r| r.cache_dir().map(Path::to_path_buf));
     keep_grants_clear(pipeline, &opts.checkpoint, &dead_path, late_path.as_deref(), cache.as_deref())?;
 
     let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;

@@ -33,7 +33,8 @@ use super::PluginError;
 const DIGEST: usize = 32;
 
 pub(super) struct ComponentCache {
-    dir: PathBuf,
+    /// `None`: no directory could be made for this process; nothing is cached.
+    dir: Option<PathBuf>,
     engine_hash: u64,
     /// `None`: the directory is not this user's own; nothing is read from or written to it.
     key: Option<[u8; DIGEST]>,
@@ -56,32 +57,36 @@ impl ComponentCache {
         engine.precompile_compatibility_hash().hash(&mut h);
         let engine_hash = h.finish();
         let (dir, scratch) = match dir {
-            Some(d) => (d, None),
+            Some(d) => (Some(d), None),
+            // A directory of this process's own, never a fixed name another user could take.
             None => match tempfile::Builder::new().prefix("weir-components-").tempdir() {
-                Ok(t) => (t.path().to_path_buf(), Some(t)),
-                Err(_) => (std::env::temp_dir().join("weir-no-cache"), None),
+                Ok(t) => (Some(t.path().to_path_buf()), Some(t)),
+                Err(e) => {
+                    tracing::warn!("no directory for a component cache ({e}); components are compiled every time");
+                    (None, None)
+                }
             },
         };
-        let key = match private(&dir).and_then(|()| key(&dir)) {
+        let key = dir.as_deref().and_then(|d| match private(d).and_then(|()| key(d)) {
             Ok(key) => Some(key),
             Err(e) => {
-                tracing::warn!("component cache {} not used ({e}); components are compiled every time", dir.display());
+                tracing::warn!("component cache {} not used ({e}); components are compiled every time", d.display());
                 None
             }
-        };
+        });
         Self { dir, engine_hash, key, _scratch: scratch }
     }
 
-    pub(super) fn dir(&self) -> &Path {
-        &self.dir
+    pub(super) fn dir(&self) -> Option<&Path> {
+        self.dir.as_deref()
     }
 
     pub(super) fn load(&self, engine: &Engine, path: &Path) -> Result<Component, PluginError> {
         let bytes = std::fs::read(path).map_err(|e| PluginError::Read { path: path.to_path_buf(), source: e })?;
         let name = format!("{}-{:016x}.cwasm", blake3::hash(&bytes).to_hex(), self.engine_hash);
-        let cached = self.dir.join(&name);
-        if let Some(key) = &self.key
-            && let Some(artifact) = read_verified(&cached, &name, key)
+        let cached = self.dir.as_deref().map(|d| d.join(&name));
+        if let (Some(key), Some(cached)) = (&self.key, &cached)
+            && let Some(artifact) = read_verified(cached, &name, key)
         {
             // SAFETY: the bytes are what `Component::serialize` of an engine with the same
             // compatibility hash (it is in the name) produced in this user's private directory,
@@ -93,8 +98,9 @@ impl ComponentCache {
         let component = Component::new(engine, &bytes)
             .map_err(|e| PluginError::Compile { path: path.to_path_buf(), message: format!("{e:#}") })?;
         // The cache is an optimisation: failing to write it is not an error.
-        if let (Some(key), Ok(serialized)) = (&self.key, component.serialize())
-            && let Err(e) = write_signed(&self.dir, &cached, &name, key, &serialized)
+        if let (Some(key), Some(dir), Some(cached)) = (&self.key, &self.dir, &cached)
+            && let Ok(serialized) = component.serialize()
+            && let Err(e) = write_signed(dir, cached, &name, key, &serialized)
         {
             tracing::debug!("component cache not written ({}): {e}", cached.display());
         }

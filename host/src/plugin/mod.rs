@@ -187,7 +187,7 @@ impl Runtime {
     }
 
     /// Where compiled components are kept.
-    pub(crate) fn cache_dir(&self) -> &Path {
+    pub(crate) fn cache_dir(&self) -> Option<&Path> {
         self.cache.dir()
     }
 
