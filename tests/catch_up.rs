@@ -34,6 +34,14 @@ fn checkpointed(dir: &Path, watermark: &str) -> (PathBuf, PathBuf) {
     (pipeline(dir, Spec { window: TUMBLING, watermark, extra: &extra, ..Default::default() }), windows)
 }
 
+/// The checkpoint's identity, as `weir inspect` shows it.
+fn identity(checkpoint: &Path) -> String {
+    let out = ok(weir().arg("inspect").arg(checkpoint).output().unwrap());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = text.lines().find_map(|l| l.trim().strip_prefix("identity")).unwrap_or_else(|| panic!("{text}"));
+    line.trim_start_matches([' ', ':']).trim().to_string()
+}
+
 fn late_count(stderr: &[u8]) -> u64 {
     let text = String::from_utf8_lossy(stderr);
     let summary = text.lines().find(|l| l.contains(" late, ")).unwrap_or_else(|| panic!("no summary in:\n{text}"));
@@ -83,6 +91,7 @@ fn a_flushed_run_remembers_what_it_emitted_and_keeps_the_real_watermark() {
     let text = String::from_utf8(inspect.stdout).unwrap();
     assert!(!text.contains("+inf"), "the checkpointed watermark is the real one:\n{text}");
     assert!(text.contains("flushed "), "{text}");
+    assert!(identity(&dir.path().join("checkpoint")).len() >= 32, "inspect names the checkpoint's identity:\n{text}");
 
     append(&events, &rest);
     let second = ok(weir().arg("run").arg(&p).arg("--flush").output().unwrap());
@@ -102,7 +111,7 @@ fn a_topic_that_grows_between_available_now_runs_gives_the_rows_of_one_run() {
     let broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", 2);
     let events = orders(dir.path(), 40_000, 23);
-    let (kept, _) = kept_orders(&events);
+    let (kept, dropped) = kept_orders(&events);
     let rest = keep_first(&events, 1, 2);
     produce_lines(&broker.brokers(), "orders", 2, &events, false);
 
@@ -111,13 +120,14 @@ fn a_topic_that_grows_between_available_now_runs_gives_the_rows_of_one_run() {
         format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
     let source = kafka_source(&broker.brokers(), "orders", 2_000);
     let p = pipeline(dir.path(), Spec { window: TUMBLING, extra: &extra, source: &source, ..Default::default() });
-    ok(weir().arg("run").arg(&p).output().unwrap());
+    let first = ok(weir().arg("run").arg(&p).output().unwrap());
 
     let second_half = dir.path().join("rest.jsonl");
     std::fs::write(&second_half, rest).unwrap();
     produce_lines(&broker.brokers(), "orders", 2, &second_half, false);
-    ok(weir().arg("run").arg(&p).arg("--flush").output().unwrap());
+    let second = ok(weir().arg("run").arg(&p).arg("--flush").output().unwrap());
     assert_eq!(windows_of(&sink_rows(&windows)), sliding_reference(&kept, 60_000, 60_000));
+    assert_eq!(late_count(&first.stderr) + late_count(&second.stderr), dropped as u64, "late = what the oracle drops");
 }
 
 /// Spark's documented replay: delete the checkpoint, start from the beginning. The new
@@ -132,9 +142,11 @@ fn a_replay_from_a_fresh_checkpoint_writes_its_output() {
     ok(weir().arg("run").arg(&p).output().unwrap());
     let first = sink_rows(&windows);
     assert!(!first.is_empty());
+    let before = identity(&dir.path().join("checkpoint"));
 
     std::fs::remove_dir_all(dir.path().join("checkpoint")).unwrap();
     ok(weir().arg("run").arg(&p).output().unwrap());
+    assert_ne!(identity(&dir.path().join("checkpoint")), before, "a new checkpoint has an identity of its own");
     let both = sink_rows(&windows);
     assert_eq!(both.len(), 2 * first.len(), "the replay wrote every window again");
     assert_eq!(&both[..first.len()], &first[..], "the first run's files come first, untouched");

@@ -38,7 +38,10 @@ fn usage_errors_exit_2_and_name_the_fix() {
     let out = weir().arg("run").arg(&p).output().unwrap();
     assert_eq!(code(&out), Some(2));
     let line = std::fs::read_to_string(&p).unwrap().lines().position(|l| l.starts_with("size =")).unwrap() + 1;
-    assert!(stderr(&out).contains(&format!("pipeline.toml:{line}:")), "{}", stderr(&out));
+    let at = format!("pipeline.toml:{line}:");
+    let err = stderr(&out);
+    let column = err.split(&at).nth(1).map(|rest| rest.chars().take_while(char::is_ascii_digit).collect::<String>());
+    assert!(column.is_some_and(|c| !c.is_empty()), "line and column of the error: {err}");
 }
 
 /// A `config` key the plugin never reads is a typo or a setting it does not have: refused at

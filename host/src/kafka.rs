@@ -1,4 +1,4 @@
-//! The Kafka client settings and error handling that the Kafka source (`source/kafka.rs`), the
+//! The Kafka client settings and error handling that the Kafka source (`source/kafka/`), the
 //! Kafka sink (`sink/kafka.rs`) and `weir record` share: one place that builds a librdkafka
 //! configuration from a pipeline's `kafka.*` options, and one retry loop for broker calls.
 //!

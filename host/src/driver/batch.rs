@@ -1,6 +1,6 @@
 //! Micro-batches: plan a batch (its range and idleness to the offsets log), run it through the
 //! transforms and the operator, deliver its rows, commit. The next batch is read and parsed on a
-//! thread of its own meanwhile (`ingest.rs`); its plan is still written only when the loop takes
+//! thread of its own meanwhile (`ingest/`); its plan is still written only when the loop takes
 //! it, with that moment's idleness decision, so a re-run after a crash is the same batch.
 
 use std::collections::VecDeque;
@@ -364,7 +364,7 @@ fn transform_chunks(t: &mut dyn TransformFns, events: &EventBatch) -> Result<Bat
     }
     let mut out = BatchOutput::empty();
     for r in ranges {
-        out.append(t.transform(&slice_events(events, r.clone()))?, r.start as u32);
+        out.append(t.transform(&slice_events(events, r.clone()))?, r.start as u32)?;
     }
     Ok(out)
 }

@@ -26,8 +26,10 @@ use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+mod closing;
 mod early;
 
+use closing::Closing;
 use early::Early;
 
 use super::{Limit, Position, SourceBatch};
@@ -52,39 +54,6 @@ const EARLY_MAX: usize = 20_000;
 /// is logged (and logged again as often): planned records are on the broker, so a silence this
 /// long means the broker is unreachable, which the client does not report through `poll`.
 const STALL_WARN: Duration = Duration::from_secs(5);
-/// How long dropping a consumer may wait for its close. A consumer with a `group.id` (ours
-/// commits group offsets for lag monitoring) closes by talking to the group coordinator, and
-/// rdkafka waits for that without a bound: with the broker down, a run that has finished would
-/// never return. Past this wait the close goes on in the background and the run returns.
-const CLOSE_WAIT: Duration = Duration::from_secs(5);
-
-/// A client that is closed on a thread of its own when dropped, waited for at most
-/// [`CLOSE_WAIT`].
-pub(crate) struct Closing<T: Send + 'static>(pub(crate) Option<T>);
-
-impl<T: Send + 'static> std::ops::Deref for Closing<T> {
-    type Target = T;
-    fn deref(&self) -> &T {
-        self.0.as_ref().unwrap_or_else(|| unreachable!("taken only in drop"))
-    }
-}
-
-impl<T: Send + 'static> Drop for Closing<T> {
-    fn drop(&mut self) {
-        let Some(client) = self.0.take() else { return };
-        let (done, closed) = std::sync::mpsc::channel();
-        let closer = std::thread::Builder::new().name("weir-kafka-close".into()).spawn(move || {
-            drop(client);
-            let _ = done.send(());
-        });
-        if closer.is_ok() && closed.recv_timeout(CLOSE_WAIT).is_err() {
-            tracing::warn!(
-                "kafka: the consumer did not close within {CLOSE_WAIT:?} (broker unavailable?); closing it in the background"
-            );
-        }
-    }
-}
-
 struct Part {
     stream: u16,
     partition: i32,
@@ -94,7 +63,7 @@ struct Part {
 }
 
 pub(crate) struct KafkaSource {
-    /// Always `Some` but in `drop`, which closes it off this thread (see [`CLOSE_WAIT`]).
+    /// Always `Some` but in `drop`, which closes it off this thread (see [`closing`]).
     consumer: Closing<BaseConsumer>,
     topics: Vec<String>,
     /// Sorted by (stream, partition).
