@@ -6,7 +6,8 @@
 //! - the deadline: the epoch callback (`sandbox.rs`) and waits in host calls (`waits.rs`);
 //! - fuel: wasmtime's own trap, named here;
 //! - output: what the call hands back, checked by the role handles (`roles.rs`) and bounded while
-//!   wasmtime copies it out (its hostcall fuel, set per call to `limits.max_output_mb`);
+//!   wasmtime copies it out (its hostcall fuel, set per call to twice `limits.max_output_mb`:
+//!   `COPY_BUDGET_FACTOR` in `sandbox.rs`, since wasmtime charges each item at its host-side size);
 //! - disk: the filesystem wrapper (`disk.rs`).
 
 use std::sync::Arc;
