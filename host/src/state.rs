@@ -4,12 +4,12 @@
 //! checkpoint record of the batch they bring the state to, so the store always reflects a whole
 //! number of batches: after a crash it is exactly the state as of the last checkpointed batch,
 //! and the batches after it re-run from there (their plans say what they read). Staging lasts
-//! from one checkpoint to the next, which may span several batches (`checkpoint.interval`): a
-//! key changed in every batch is written to RocksDB once per checkpoint, not once per batch.
+//! from one checkpoint to the next (today one batch).
 //!
-//! Within a batch the failure policy needs to undo a failed call's changes: a savepoint starts
-//! a journal of what each change replaced, and a rollback plays it backwards. Outside a
-//! savepoint nothing is journaled.
+//! Within a batch the failure policy needs to undo a failed call's changes. A savepoint taken
+//! with nothing staged (the usual case: the batch's first call) costs nothing, and rolling back
+//! to it empties the stage. Otherwise a savepoint starts a journal of what each change replaced,
+//! and a rollback plays it backwards. Outside a savepoint nothing is journaled.
 //!
 //! Every operator keys its entries under its own scope (the first bytes, `operator::Scope`),
 //! ordered so that range scans answer its questions (panes by time, a key's sessions, a key's
@@ -37,6 +37,9 @@ pub(crate) struct StateStore {
     staged: BTreeMap<Vec<u8>, Option<Vec<u8>>>,
     /// While a savepoint is open: each change, with what it replaced.
     journal: Option<Vec<Undo>>,
+    /// A savepoint was taken with nothing staged and not released: rolling back to it empties
+    /// the stage.
+    from_empty: bool,
     /// Commits are synced. Off only to measure what that costs.
     fsync: bool,
 }
@@ -46,9 +49,10 @@ const META: &[u8] = b"m";
 /// One journaled change: the key, and its staged entry before the change (`None`: it had none).
 type Undo = (Vec<u8>, Option<Option<Vec<u8>>>);
 
-/// Where the journal stood: [`StateStore::rollback`] undoes what came after.
+/// Where the journal stood (`None`: nothing was staged): [`StateStore::rollback`] undoes what
+/// came after.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Savepoint(usize);
+pub(crate) struct Savepoint(Option<usize>);
 
 /// A key and its value.
 pub(crate) type Entry = (Vec<u8>, Vec<u8>);
@@ -72,7 +76,14 @@ impl StateStore {
     }
 
     fn over(db: DB, path: &Path) -> Self {
-        Self { db: Arc::new(db), path: path.to_path_buf(), staged: BTreeMap::new(), journal: None, fsync: true }
+        Self {
+            db: Arc::new(db),
+            path: path.to_path_buf(),
+            staged: BTreeMap::new(),
+            journal: None,
+            from_empty: false,
+            fsync: true,
+        }
     }
 
     /// Opens a store another process may be writing, to look at it (`weir inspect`).
@@ -102,13 +113,24 @@ impl StateStore {
     /// Starts (or continues) journaling changes, so that [`StateStore::rollback`] can undo
     /// what comes after this point. Savepoints nest: each rolls back to where it was taken.
     pub(crate) fn savepoint(&mut self) -> Savepoint {
-        Savepoint(self.journal.get_or_insert_with(Vec::new).len())
+        if self.journal.is_none() && self.staged.is_empty() {
+            self.from_empty = true;
+            return Savepoint(None);
+        }
+        Savepoint(Some(self.journal.get_or_insert_with(Vec::new).len()))
     }
 
     /// Undoes the changes made since `savepoint`.
     pub(crate) fn rollback(&mut self, savepoint: Savepoint) {
+        let Some(at) = savepoint.0 else {
+            if self.from_empty {
+                self.staged.clear();
+                self.journal = None;
+            }
+            return;
+        };
         let Some(journal) = self.journal.as_mut() else { return };
-        for (key, before) in journal.drain(savepoint.0..).rev() {
+        for (key, before) in journal.drain(at..).rev() {
             match before {
                 Some(v) => self.staged.insert(key, v),
                 None => self.staged.remove(&key),
@@ -119,6 +141,7 @@ impl StateStore {
     /// Keeps what was done since the outermost savepoint and stops journaling.
     pub(crate) fn release(&mut self) {
         self.journal = None;
+        self.from_empty = false;
     }
 
     pub(crate) fn put(&mut self, key: Vec<u8>, value: Vec<u8>) {
@@ -179,6 +202,7 @@ impl StateStore {
     /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
     pub(crate) fn commit(&mut self, meta: &[u8], syncs: &mut Syncs) -> Result<(), StateError> {
         self.journal = None;
+        self.from_empty = false;
         let batch = write_batch(std::mem::take(&mut self.staged), meta);
         self.db.write_opt(batch, &WriteOptions::default()).map_err(|e| self.err(e))?;
         if self.fsync {
@@ -193,6 +217,7 @@ impl StateStore {
     /// has run, so nothing may read them before (continuous pipelines stage none).
     pub(crate) fn commit_later(&mut self, meta: Vec<u8>) -> impl FnOnce() -> Result<(), StateError> + Send + 'static {
         self.journal = None;
+        self.from_empty = false;
         let staged = std::mem::take(&mut self.staged);
         let (db, path, fsync) = (self.db.clone(), self.path.clone(), self.fsync);
         move || {
@@ -274,6 +299,27 @@ mod tests {
         s.put(b"d".to_vec(), b"1".to_vec());
         s.rollback(outer);
         assert_eq!(s.get(b"d").unwrap(), Some(b"1".to_vec()), "released: nothing to undo");
+    }
+
+    /// The batch's first call finds nothing staged: its savepoint journals nothing, and a rollback
+    /// to it empties the stage, inner savepoints and all.
+    #[test]
+    fn a_savepoint_over_an_empty_stage_rolls_back_to_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = StateStore::open(dir.path()).unwrap();
+        let outer = s.savepoint();
+        s.put(b"a".to_vec(), b"1".to_vec());
+        let inner = s.savepoint();
+        s.put(b"a".to_vec(), b"2".to_vec());
+        s.rollback(inner);
+        assert_eq!(s.get(b"a").unwrap(), Some(b"1".to_vec()));
+        s.rollback(outer);
+        assert_eq!(s.get(b"a").unwrap(), None);
+        let again = s.savepoint();
+        s.put(b"b".to_vec(), b"1".to_vec());
+        s.release();
+        s.rollback(again);
+        assert_eq!(s.get(b"b").unwrap(), Some(b"1".to_vec()), "released: nothing to undo");
     }
 
     #[test]
