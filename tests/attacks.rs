@@ -46,6 +46,27 @@ fn stderr(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// The orders parser, then the forger as the aggregator with `config`, over `events.jsonl`.
+fn windowed_forger(name: &str, window: &str, config: &str, extra: &str) -> String {
+    format!(
+        r#"name = "{name}"
+[source]
+type = "replay"
+path = "events.jsonl"
+[parse]
+plugin = "{{orders_json}}"
+[watermark]
+delay = "10 minutes"
+[window]
+{window}
+[aggregate]
+plugin = "{{forger}}"
+config = {{ {config} }}
+{extra}
+"#
+    )
+}
+
 const STATELESS_FORGER: &str = r#"
 name = "forged"
 [source]
@@ -121,6 +142,12 @@ path = "scratch/dead-letters.jsonl"
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is a symbolic link"), "{}", stderr(&out));
     assert_eq!(std::fs::read_to_string(dir.path().join("victim.txt")).unwrap(), "precious");
+
+    // Side by side in one process, the planter's writable grant reaches its neighbour's
+    // dead-letter file: refused before either runs.
+    let out = weir().arg("run").arg(&planter).arg(&victim_side).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("another pipeline's dead-letter file"), "{}", stderr(&out));
 }
 
 /// (2) The compiled-component cache is private, its artifacts are checked against a keyed digest
@@ -192,6 +219,20 @@ fn rows_that_would_forge_output_are_dead_letters() {
     let Tested { rows, dead, .. } = weir_test_dead_letters(&stock, &events);
     assert!(rows.is_empty());
     assert_eq!(dead.len(), 1);
+
+    // A Kafka record can hold a newline between JSON tokens (valid JSON, which the stock parser
+    // passes on as its row): a second output line, refused where rows leave the plugin.
+    let envelope = |value: &str| serde_json::json!({ "value": value }).to_string();
+    let order = |sep: &str| {
+        format!("{{\"order_id\":1,{sep}\"user_id\":2,\"status\":\"OK\",\"amount\":1.0,\"order_ts\":1793491186672}}")
+    };
+    let forged = order("\n{\"forged\":true}\n");
+    std::fs::write(&events, [envelope(&order("")), envelope(&order("\n")), envelope(&forged)].join("\n") + "\n")
+        .unwrap();
+    let Tested { rows, dead, .. } = weir_test_dead_letters(&stock, &events);
+    assert_eq!(rows.len(), 1, "the one-line order only: {rows:?}");
+    assert!(rows.iter().all(|r| r.get("forged").is_none()));
+    assert_eq!(dead.iter().map(|d| d["line"].as_u64().unwrap()).collect::<Vec<_>>(), vec![2, 3], "{dead:#?}");
 }
 
 /// (4) One record is one dead letter at most, with its message cut, and never also delivered; (14)
@@ -226,24 +267,7 @@ fn emission_failures_cost_only_their_own_windows() {
     let (kept, _) = kept_orders(&events);
     let want = sliding_reference(&kept, 60_000, 60_000);
     let window = |config: &str, kind: &str| {
-        let body = format!(
-            r#"name = "emit"
-[source]
-type = "replay"
-path = "events.jsonl"
-[parse]
-plugin = "{{orders_json}}"
-[watermark]
-delay = "10 minutes"
-[window]
-{kind}
-[aggregate]
-plugin = "{{forger}}"
-config = {{ {config} }}
-[failure]
-retries = 0
-"#
-        );
+        let body = windowed_forger("emit", kind, config, "[failure]\nretries = 0");
         weir_test_dead_letters(&toml(dir.path(), "emit", &body), &events)
     };
 
@@ -285,26 +309,8 @@ fn a_migration_to_empty_accumulators_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 20_000, 8);
     std::fs::rename(&events, dir.path().join("events.jsonl")).unwrap();
-    let body = |config: &str| {
-        format!(
-            r#"name = "migrate"
-[source]
-type = "replay"
-path = "events.jsonl"
-[parse]
-plugin = "{{orders_json}}"
-[watermark]
-delay = "10 minutes"
-[window]
-{TUMBLING}
-[aggregate]
-plugin = "{{forger}}"
-config = {{ {config} }}
-[checkpoint]
-location = "{{dir}}/checkpoint"
-"#
-        )
-    };
+    let body =
+        |config: &str| windowed_forger("migrate", TUMBLING, config, "[checkpoint]\nlocation = \"{dir}/checkpoint\"");
     let p = toml(dir.path(), "migrate", &body("state_version = 1"));
     ok(weir().arg("run").arg(&p).output().unwrap());
     let p = toml(dir.path(), "migrate", &body("state_version = 2, migrate = \"empty\""));

@@ -110,6 +110,24 @@ impl StageOutput for Processed {
     }
 }
 
+/// Calls `call` on each of `ranges` of a batch's items and joins the outputs in order, so they
+/// are those of one call over all; with one range, on the whole batch (`None`), uncopied. How
+/// parse and transform keep each call below the plugin's output cap.
+pub(crate) fn joined<O: StageOutput>(
+    ranges: Vec<Range<usize>>,
+    mut call: impl FnMut(Option<Range<usize>>) -> Result<O, PluginError>,
+) -> Result<O, PluginError> {
+    if ranges.len() <= 1 {
+        return call(None);
+    }
+    let mut out = O::empty();
+    for r in ranges {
+        let start = r.start as u32; // an item index: batches hold far fewer than 2^32 items
+        out.append(call(Some(r))?, start)?;
+    }
+    Ok(out)
+}
+
 /// The items that failed on their own, with their errors.
 pub(crate) type Isolated<E> = Vec<(usize, E)>;
 

@@ -66,7 +66,7 @@ pub(super) fn run_all(
         eprintln!("metrics at http://{bound}/metrics");
     }
     let stop = stop_on_signals()?;
-    let threads: Vec<_> = pipelines
+    let runs: Vec<(Pipeline, RunOptions)> = pipelines
         .into_iter()
         .map(|(p, file)| {
             let checkpoint = checkpoint.clone().unwrap_or_else(|| driver::default_checkpoint(&p, &file));
@@ -78,6 +78,14 @@ pub(super) fn run_all(
                 fsync: true,
                 flush: if flush { Flush::Always } else { Flush::AsConfigured { default: false } },
             };
+            (p, opts)
+        })
+        .collect();
+    driver::keep_neighbours_clear(&runs.iter().map(|(p, o)| (p, o)).collect::<Vec<_>>())
+        .context("pipelines side by side")?;
+    let threads: Vec<_> = runs
+        .into_iter()
+        .map(|(p, opts)| {
             let (runtime, stop) = (runtime.clone(), stop.clone());
             let thread = std::thread::Builder::new().name(format!("pipeline {}", p.name)).spawn(move || {
                 let ran = Stages::wasm(&p, &runtime, Output::Pipeline, &stop).and_then(|s| driver::run(&p, s, opts));

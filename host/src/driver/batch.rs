@@ -11,8 +11,7 @@ use super::{Run, RunError, ms};
 use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
 use crate::columns;
 use crate::ingest::{Ahead, Ask, Ingest, Ingested, Parsed};
-use crate::isolate::StageOutput;
-use crate::isolate::{isolate, slice_events};
+use crate::isolate::{isolate, joined, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
 use crate::plugin::{BatchOutput, EventBatch, PluginError, TransformFns};
 use crate::progress::{BatchProgress, Durations, Progress};
@@ -359,14 +358,10 @@ impl Run {
 /// Transforms `events` in calls that stay below half the plugin's output cap, joined in order.
 fn transform_chunks(t: &mut dyn TransformFns, events: &EventBatch) -> Result<BatchOutput, PluginError> {
     let ranges = columns::chunks_by_bytes(&events.row_ends, t.max_call_bytes() / 2);
-    if ranges.len() <= 1 {
-        return t.transform(events);
-    }
-    let mut out = BatchOutput::empty();
-    for r in ranges {
-        out.append(t.transform(&slice_events(events, r.clone()))?, r.start as u32)?;
-    }
-    Ok(out)
+    joined(ranges, |r| match r {
+        None => t.transform(events),
+        Some(r) => t.transform(&slice_events(events, r)),
+    })
 }
 
 #[cfg(test)]

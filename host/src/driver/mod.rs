@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
+pub(crate) use recovery::keep_neighbours_clear;
 pub(crate) use stages::{Output, Stages, sink};
 
 use crate::checkpoint::{CheckpointDir, CheckpointError, Syncs};

@@ -11,7 +11,7 @@
 //! wrote, is the checkpoint claimed. A run that fails to start leaves no metadata that would
 //! refuse the fixed pipeline.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::{Flush, Run, RunError, RunOptions, Stages};
@@ -49,14 +49,7 @@ pub(super) fn start(
     opts: &RunOptions,
 ) -> Result<(Run, Ingest, Recovered), RunError> {
     let time = pipeline.windowed.as_ref().map(|w| &w.time);
-    let dead_path = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
-    let dead_path = dead_path.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl"));
-    let late_path = match time {
-        Some(t) if t.late == LatePolicy::SideOutput => {
-            Some(t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl")))
-        }
-        _ => None,
-    };
+    let HostFiles { dead: dead_path, late: late_path } = host_files(pipeline, opts);
     let cache = stages.runtime.as_ref().and_then(|r| r.cache_dir().map(Path::to_path_buf));
     keep_grants_clear(pipeline, &opts.checkpoint, &dead_path, late_path.as_deref(), cache.as_deref())?;
 
@@ -126,6 +119,45 @@ pub(super) fn start(
 
 /// Refuses a pipeline whose plugins are granted a directory that reaches the host's own files:
 /// the checkpoint and the component cache (any grant), the side outputs (a writable one).
+/// The side outputs a run writes, besides its checkpoint.
+struct HostFiles {
+    dead: PathBuf,
+    late: Option<PathBuf>,
+}
+
+fn host_files(pipeline: &Pipeline, opts: &RunOptions) -> HostFiles {
+    let dead = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
+    let late = match pipeline.windowed.as_ref().map(|w| &w.time) {
+        Some(t) if t.late == LatePolicy::SideOutput => {
+            Some(t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl")))
+        }
+        _ => None,
+    };
+    HostFiles { dead: dead.unwrap_or_else(|| opts.checkpoint.join("dead-letters.jsonl")), late }
+}
+
+/// Pipelines that share a process are tenants side by side: no stage of one may be granted a
+/// directory that reaches another's checkpoint (any grant) or side outputs (a writable grant),
+/// as [`keep_grants_clear`] holds each pipeline's stages clear of its own.
+pub(crate) fn keep_neighbours_clear(runs: &[(&Pipeline, &RunOptions)]) -> Result<(), RunError> {
+    for (i, (pipeline, _)) in runs.iter().enumerate() {
+        for (other, opts) in runs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r) {
+            let files = host_files(other, opts);
+            let mut own = vec![
+                Own { what: "another pipeline's checkpoint", path: &opts.checkpoint, any_grant: true },
+                Own { what: "another pipeline's dead-letter file", path: &files.dead, any_grant: false },
+            ];
+            if let Some(path) = files.late.as_deref() {
+                own.push(Own { what: "another pipeline's late-event file", path, any_grant: false });
+            }
+            for stage in pipeline.stages() {
+                stage.grants.keep_clear_of(&stage.name, &own)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn keep_grants_clear(
     pipeline: &Pipeline,
     checkpoint: &Path,

@@ -15,7 +15,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 use crate::columns;
-use crate::isolate::{Isolated, StageOutput, isolate, slice_records};
+use crate::isolate::{Isolated, StageOutput, isolate, joined, slice_records};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{BatchOutput, ParseFns, PluginError, RawBatch};
 use crate::source::{Offsets, Source, SourceBatch, SourceError};
@@ -103,12 +103,8 @@ fn parse(
 /// order, so the events are those of one call over all.
 fn parse_chunks(parser: &mut dyn ParseFns, records: &RawBatch) -> Result<BatchOutput, PluginError> {
     let ranges = columns::chunks_by_bytes(&records.value_ends, parser.max_call_bytes() / 2);
-    if ranges.len() <= 1 {
-        return parser.parse(records);
-    }
-    let mut out = BatchOutput::empty();
-    for r in ranges {
-        out.append(parser.parse(&slice_records(records, r.clone()))?, r.start as u32)?;
-    }
-    Ok(out)
+    joined(ranges, |r| match r {
+        None => parser.parse(records),
+        Some(r) => parser.parse(&slice_records(records, r)),
+    })
 }

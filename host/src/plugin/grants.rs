@@ -139,8 +139,11 @@ impl Grants {
         for d in &self.dirs {
             let dir = resolved(&d.host);
             for o in own.iter().filter(|o| o.any_grant || d.writable) {
-                let path = resolved(o.path);
-                if path.starts_with(&dir) || (o.any_grant && dir.starts_with(&path)) {
+                // Where the path leads, and where its last component itself lies: a link planted
+                // there leads elsewhere, but the host's file is the link's place (it opens its own
+                // files without following a last-component link).
+                let places = [resolved(o.path), in_place(o.path)];
+                if places.iter().any(|path| path.starts_with(&dir) || (o.any_grant && dir.starts_with(path))) {
                     return Err(PluginError::Grant {
                         stage: stage.to_string(),
                         what: format!("directory {}", d.host.display()),
@@ -173,6 +176,16 @@ fn resolved(p: &Path) -> PathBuf {
             }
             _ => return std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()),
         }
+    }
+}
+
+/// A path with its directory resolved and its last component as written.
+fn in_place(p: &Path) -> PathBuf {
+    match (p.parent(), p.file_name()) {
+        (Some(parent), Some(name)) => {
+            resolved(if parent.as_os_str().is_empty() { Path::new(".") } else { parent }).join(name)
+        }
+        _ => resolved(p),
     }
 }
 
