@@ -364,6 +364,18 @@ limits = { max_output_mb = 1 }
     assert_eq!(rows.len(), 40_000, "every window");
     assert!(dead.is_empty(), "{dead:#?}");
     assert!(!stderr.contains("retrying"), "nothing failed to be cut:\n{stderr}");
+
+    // Rows far larger than their accumulators: a call's output over the cap is halved at once
+    // (the same call would fail again), not retried, and every window still comes out.
+    let big = std::fs::read_to_string(&p)
+        .unwrap()
+        .replace(&component("error_rate").display().to_string(), &component("forger").display().to_string())
+        + "config = { finish = \"big\" }\n";
+    std::fs::write(&p, big).unwrap();
+    let Tested { rows, dead, stderr } = weir_test_dead_letters(&p, &events);
+    assert_eq!(rows.len(), 40_000, "every window: {dead:#?}");
+    assert!(rows.iter().all(|r| r["pad"].as_str().is_some_and(|p| p.len() == 1 << 10)), "{}", rows[0]);
+    assert!(!stderr.contains("retrying"), "output over the cap is halved, not retried:\n{stderr}");
 }
 
 /// (7) Event times whose windows would fall outside the timeline are dead letters, not windows at

@@ -1,7 +1,8 @@
 //! The failure policy for every stage that works on records or events (parse, transform,
 //! aggregate): when a plugin call traps, runs past its deadline, or breaks a limit, the batch is
-//! retried with backoff (the failure may be passing: a loaded machine, a deadline missed once);
-//! if it keeps failing, the batch is cut in halves, and halves of halves, until the items that
+//! retried with backoff (the failure may be passing: a loaded machine, a deadline missed once;
+//! output over a cap is not, so it is halved at once); if it keeps failing, the batch is cut in
+//! halves, and halves of halves, until the items that
 //! fail on their own are found. Those go to the dead-letter output with the error; every other
 //! item goes on, in its order. With the fail-fast policy the pipeline stops at the first
 //! failure instead.
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::columns::{self, ColumnFull};
 use crate::operator::{OperatorError, Processed};
 use crate::pipeline::FailurePolicy;
-use crate::plugin::{BatchOutput, EventBatch, PluginError, RawBatch, WitError};
+use crate::plugin::{BatchOutput, EventBatch, LimitExceeded, PluginError, RawBatch, WitError};
 
 /// A failure the input may have caused, which retrying or isolating can get past. Anything else
 /// (a component that cannot be instantiated, a plugin that says its configuration is wrong or
@@ -31,9 +32,17 @@ pub(crate) fn isolatable(e: &PluginError) -> bool {
     )
 }
 
+/// A failure that the same call would meet again: its output was over the cap (the plugin's or
+/// the host's copy budget). Retrying it only waits; halving the call is what helps.
+fn too_much_output(e: &PluginError) -> bool {
+    matches!(e, PluginError::Limit { limit: LimitExceeded::Output { .. } | LimitExceeded::Copy(_), .. })
+}
+
 /// An error of a stage `isolate` can work on.
 pub(crate) trait StageFailure: std::fmt::Display {
     fn isolatable(&self) -> bool;
+    /// Worth the same call again after a wait (a passing failure), rather than halving at once.
+    fn retriable(&self) -> bool;
     /// The error for a run stopped (by SIGTERM) in the middle of isolating after `self`.
     fn stopped(&self) -> Self;
     /// The error for output that grew past what a batch column holds while isolating.
@@ -43,6 +52,9 @@ pub(crate) trait StageFailure: std::fmt::Display {
 impl StageFailure for PluginError {
     fn isolatable(&self) -> bool {
         isolatable(self)
+    }
+    fn retriable(&self) -> bool {
+        isolatable(self) && !too_much_output(self)
     }
     fn stopped(&self) -> Self {
         PluginError::Stopped { stage: self.stage().to_string() }
@@ -55,6 +67,9 @@ impl StageFailure for PluginError {
 impl StageFailure for OperatorError {
     fn isolatable(&self) -> bool {
         matches!(self, OperatorError::Plugin(e) if isolatable(e))
+    }
+    fn retriable(&self) -> bool {
+        matches!(self, OperatorError::Plugin(e) if isolatable(e) && !too_much_output(e))
     }
     fn stopped(&self) -> Self {
         let stage = match self {
@@ -139,7 +154,7 @@ pub(crate) fn isolate<O: StageOutput, E: StageFailure>(
     stop: &AtomicBool,
     mut call: impl FnMut(Range<usize>) -> Result<O, E>,
 ) -> Result<(O, Isolated<E>), E> {
-    let first = match policy.retry().run(stop, "the batch failed", || call(0..n), E::isolatable) {
+    let first = match policy.retry().run(stop, "the batch failed", || call(0..n), E::retriable) {
         Ok(out) => return Ok((out, Vec::new())),
         Err(e) => e.into_inner(),
     };

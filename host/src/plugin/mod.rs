@@ -39,6 +39,7 @@ pub(crate) use bindings::weir::plugin::types::{
 };
 pub(crate) use error::{PluginError, WitError};
 pub(crate) use grants::{DirGrant, Grants, Own};
+pub(crate) use limiter::LimitExceeded;
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
 pub(crate) use spec::{LimitsFile, StageSpec};
 

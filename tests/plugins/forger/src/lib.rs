@@ -13,8 +13,8 @@
 //! The aggregator counts (the accumulator is the count in decimal, with `!` when an event had
 //! `"trap": true`) and misbehaves as its `config` says: `merge = "empty"`, `merge = "trap"` (a
 //! trap when a marked accumulator is merged), `migrate = "empty"`,
-//! `finish = "key"` (rows that repeat the host's `key`) or `finish = "trap"` (a trap on windows
-//! marked `!`), `state_version = N`.
+//! `finish = "key"` (rows that repeat the host's `key`), `finish = "big"` (rows of over 1 KiB from
+//! small accumulators) or `finish = "trap"` (a trap on windows marked `!`), `state_version = N`.
 
 wit_bindgen::generate!({ path: "../../../wit", world: "plugin" });
 
@@ -148,6 +148,7 @@ impl aggregator::Guest for Forger {
                 }
                 let row = match c["finish"].as_str() {
                     Some("key") => format!("{{\"count\":{},\"key\":\"forged\"}}", count(a)),
+                    Some("big") => format!("{{\"count\":{},\"pad\":\"{}\"}}", count(a), "p".repeat(1 << 10)),
                     _ => format!("{{\"count\":{}}}", count(a)),
                 };
                 Ok(row.into_bytes())
