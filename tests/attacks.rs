@@ -311,15 +311,23 @@ fn a_migration_to_empty_accumulators_is_refused() {
     std::fs::rename(&events, dir.path().join("events.jsonl")).unwrap();
     let body =
         |config: &str| windowed_forger("migrate", TUMBLING, config, "[checkpoint]\nlocation = \"{dir}/checkpoint\"");
+    let counted = |out: &std::process::Output| -> u64 {
+        json_lines(&String::from_utf8_lossy(&out.stdout)).iter().map(|r| r["count"].as_u64().unwrap()).sum()
+    };
     let p = toml(dir.path(), "migrate", &body("state_version = 1"));
-    ok(weir().arg("run").arg(&p).output().unwrap());
+    let first = ok(weir().arg("run").arg(&p).output().unwrap());
     let p = toml(dir.path(), "migrate", &body("state_version = 2, migrate = \"empty\""));
     let out = weir().arg("run").arg(&p).output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     assert!(stderr(&out).contains("empty accumulator"), "{}", stderr(&out));
-    // The old build still resumes: the refused migration changed nothing.
+    assert_eq!(counted(&out), 0, "nothing emitted by the refused build");
+    // The old build still resumes: the refused migration changed nothing, so the windows it
+    // left open still count every event they hold.
     let p = toml(dir.path(), "migrate", &body("state_version = 1"));
-    ok(weir().arg("run").arg(&p).output().unwrap());
+    let last = ok(weir().arg("run").arg(&p).arg("--flush").output().unwrap());
+    let (kept, _) = kept_orders(&dir.path().join("events.jsonl"));
+    assert!(counted(&first) < kept.len() as u64, "the first run left windows open");
+    assert_eq!(counted(&first) + counted(&last), kept.len() as u64, "every kept event counted once");
 }
 
 /// (6) 40,000 keyed windows final at once, under a 1 MiB output cap: finished in calls below it,

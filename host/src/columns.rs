@@ -13,7 +13,10 @@ use std::ops::Range;
 /// (1 GiB in, `limits.max_output_mb` per call out); only a stage whose calls' outputs add up past
 /// 4 GiB for one batch gets here.
 #[derive(Debug, thiserror::Error)]
-#[error("one batch's output passed 4 GiB, more than a batch column can hold: lower source.max_offsets_per_trigger")]
+#[error(
+    "one batch's output passed 4 GiB, more than a batch column can hold: lower source.max_offsets_per_trigger \
+     (or, for windows emitted at once, their number or the size of their rows)"
+)]
 pub(crate) struct ColumnFull;
 
 /// Where item `i` of a column lies in its data.

@@ -42,7 +42,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
     }
     let config: OrdersConfig = serde_json::from_str(&p.parse.config_json).unwrap_or_default();
     Ok(Stages {
-        parsers: (0..p.parse_parallelism)
+        parsers: (0..p.parser_instances())
             .map(|_| Box::new(Orders::new(config.key_by_user)) as Box<dyn ParseFns>)
             .collect(),
         transforms: Vec::new(),

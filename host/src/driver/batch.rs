@@ -25,8 +25,8 @@ use crate::watermark::{self, PartitionId};
 ///
 /// The first batch runs before any watermark exists, so nothing in it can be late; a small first
 /// batch makes the watermark exist early, as it does on a stream that starts flowing, instead of
-/// letting one large first batch accept events that are hours late. A function of the batch id
-/// alone, so a batch re-run after a crash reads exactly the records it read before.
+/// letting one large first batch accept events that are hours late. A function of how many
+/// batches came before; a batch re-run after a crash reads its plan's range, whatever its size.
 fn batch_size(batch_id: u64, max: usize) -> usize {
     FIRST_BATCH.checked_shl(batch_id.min(32) as u32).unwrap_or(usize::MAX).min(max)
 }
@@ -68,7 +68,6 @@ impl Run {
         let mut ahead = Ahead::start(ingest)?;
         // What each outstanding ask is for: a re-run's plan, or a new batch.
         let mut asked: VecDeque<Option<Planned>> = VecDeque::new();
-        let mut next_to_ask = *batch_id;
         let mut ended = false;
         while !stop.load(Ordering::Relaxed) {
             if let Trigger::ProcessingTime { interval } = pipeline.trigger {
@@ -82,10 +81,10 @@ impl Run {
                 let plan = reruns.pop_front();
                 ahead.ask(match &plan {
                     Some(p) => Ask::Again(p.clone()),
-                    None => Ask::Read(limit(next_to_ask)),
+                    // Sized by the batches before it (asks that find nothing make no batch).
+                    None => Ask::Read(limit(*batch_id + asked.len() as u64)),
                 });
                 asked.push_back(plan);
-                next_to_ask += 1;
             }
             let t0 = Instant::now();
             let rerun = asked.pop_front().flatten();

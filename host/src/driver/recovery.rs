@@ -117,8 +117,6 @@ pub(super) fn start(
     Ok((run, ingest, recovered))
 }
 
-/// Refuses a pipeline whose plugins are granted a directory that reaches the host's own files:
-/// the checkpoint and the component cache (any grant), the side outputs (a writable one).
 /// The side outputs a run writes, besides its checkpoint.
 struct HostFiles {
     dead: PathBuf,
@@ -137,18 +135,19 @@ fn host_files(pipeline: &Pipeline, opts: &RunOptions) -> HostFiles {
 }
 
 /// Pipelines that share a process are tenants side by side: no stage of one may be granted a
-/// directory that reaches another's checkpoint (any grant) or side outputs (a writable grant),
-/// as [`keep_grants_clear`] holds each pipeline's stages clear of its own.
+/// directory that reaches another's checkpoint or side outputs (any grant: they hold its
+/// records), as [`keep_grants_clear`] holds each pipeline's stages clear of its own.
 pub(crate) fn keep_neighbours_clear(runs: &[(&Pipeline, &RunOptions)]) -> Result<(), RunError> {
     for (i, (pipeline, _)) in runs.iter().enumerate() {
         for (other, opts) in runs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r) {
             let files = host_files(other, opts);
             let mut own = vec![
                 Own { what: "another pipeline's checkpoint", path: &opts.checkpoint, any_grant: true },
-                Own { what: "another pipeline's dead-letter file", path: &files.dead, any_grant: false },
+                // Any grant: another tenant's side outputs hold its records.
+                Own { what: "another pipeline's dead-letter file", path: &files.dead, any_grant: true },
             ];
             if let Some(path) = files.late.as_deref() {
-                own.push(Own { what: "another pipeline's late-event file", path, any_grant: false });
+                own.push(Own { what: "another pipeline's late-event file", path, any_grant: true });
             }
             for stage in pipeline.stages() {
                 stage.grants.keep_clear_of(&stage.name, &own)?;
@@ -158,6 +157,8 @@ pub(crate) fn keep_neighbours_clear(runs: &[(&Pipeline, &RunOptions)]) -> Result
     Ok(())
 }
 
+/// Refuses a pipeline whose plugins are granted a directory that reaches the host's own files:
+/// the checkpoint and the component cache (any grant), the side outputs (a writable one).
 fn keep_grants_clear(
     pipeline: &Pipeline,
     checkpoint: &Path,

@@ -45,7 +45,7 @@ impl Stages {
         output: Output,
         stop: &Arc<AtomicBool>,
     ) -> Result<Self, RunError> {
-        let parsers = (0..p.parse_parallelism)
+        let parsers = (0..p.parser_instances())
             .map(|_| Ok(Box::new(Parser::new(runtime, p.parse.clone())?) as Box<dyn ParseFns>))
             .collect::<Result<_, PluginError>>()?;
         let transforms = p

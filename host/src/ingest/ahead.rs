@@ -106,11 +106,10 @@ impl Ahead {
                     let start = source.offsets();
                     let read = match ask {
                         Ask::Read(limit) => source.next_batch(limit),
-                        Ask::Again(plan) => {
-                            // A re-run starts where its plan says, which is where the source is.
-                            debug_assert_eq!(plan.start, start);
-                            source.read_until(&plan.end).map(Some)
-                        }
+                        // A re-run reads up to where its plan ends. It starts where the source
+                        // stands, which is its plan's start or past offsets that hold no records
+                        // (transaction markers a batch that found nothing skipped).
+                        Ask::Again(plan) => source.read_until(&plan.end).map(Some),
                     };
                     let job = read.map(|batch| Job {
                         seq,
@@ -145,10 +144,13 @@ impl Ahead {
                         if quit.load(Ordering::Relaxed) {
                             return;
                         }
-                        let parsed = match &batch {
+                        // A panic here is a bug in the host; it fails this batch (and so the run)
+                        // instead of leaving the loop waiting for a batch that never comes.
+                        let parsed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| match &batch {
                             Some(b) => parse_timed(parser.as_mut(), b, &failure, &stop),
                             None => Ok((Parsed::nothing(), 0.0)),
-                        };
+                        }))
+                        .unwrap_or_else(|_| Err(PluginError::Engine("a parse thread panicked".into())));
                         let ingested = parsed.map_err(IngestError::from).map(|(parsed, parse_ms)| Ingested {
                             start,
                             end,

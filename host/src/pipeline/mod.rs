@@ -254,6 +254,12 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
+    /// Parser instances the run uses: `parse.parallelism`, but one in continuous mode, which
+    /// parses on the loop's own thread as records arrive.
+    pub(crate) fn parser_instances(&self) -> usize {
+        if matches!(self.trigger, Trigger::Continuous { .. }) { 1 } else { self.parse_parallelism }
+    }
+
     /// Every plugin stage, in the order the data meets them.
     pub(crate) fn stages(&self) -> impl Iterator<Item = &StageSpec> {
         let sink = match &self.sink {

@@ -73,6 +73,11 @@ impl SourceBatch {
         self.positions.len()
     }
 
+    /// Bytes of the records' values and keys: what [`MAX_BATCH_BYTES`] caps.
+    pub(crate) fn bytes(&self) -> usize {
+        self.records.values.len() + self.records.keys.len()
+    }
+
     /// No records and no undecodable lines.
     pub(crate) fn is_empty(&self) -> bool {
         self.positions.is_empty() && self.bad.is_empty()

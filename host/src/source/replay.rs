@@ -102,7 +102,7 @@ impl ReplaySource {
     fn read(&mut self, max: usize, end: u64, to_the_end: bool, cap: usize) -> Result<SourceBatch, ReplayError> {
         let io = |path: &Path, e| ReplayError::Io { path: path.to_path_buf(), source: e };
         let mut batch = SourceBatch::with_capacity(max.min(1 << 16), &mut self.spare);
-        while batch.len() + batch.bad.len() < max && self.pos < end && batch.records.values.len() < cap {
+        while batch.len() + batch.bad.len() < max && self.pos < end && batch.bytes() < cap {
             // Lines are taken straight from the reader's buffer; one that straddles the end of
             // the buffer (or the file's last, unfinished line) is collected in `buf`.
             let available = self.reader.fill_buf().map_err(|e| io(&self.path, e))?;

@@ -268,7 +268,7 @@ impl KafkaSource {
         // Past the byte cap the batch ends where each partition stands: its recorded end says
         // so, and a re-run reads exactly that.
         let mut heard = Instant::now();
-        while open > 0 && batch.records.values.len() < super::MAX_BATCH_BYTES {
+        while open > 0 && batch.bytes() < super::MAX_BATCH_BYTES {
             self.check_stop()?;
             let m = match self.consumer.poll(POLL) {
                 None => {
