@@ -71,6 +71,11 @@ impl Operator for PaneOperator {
         "aggregate"
     }
 
+    fn fingerprint(&self) -> String {
+        let Panes { size, slide, offset } = self.panes;
+        format!("{:?}/{:?}", crate::window::WindowSpec::Panes { size, slide, offset }, self.mode)
+    }
+
     fn mark(&self) -> usize {
         self.changed.len()
     }

@@ -106,6 +106,10 @@ impl Operator for SessionOperator {
         "aggregate"
     }
 
+    fn fingerprint(&self) -> String {
+        format!("{:?}/{:?}", crate::window::WindowSpec::Session { gap: self.gap }, self.mode)
+    }
+
     fn mark(&self) -> usize {
         self.changed.len()
     }

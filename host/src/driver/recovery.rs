@@ -34,11 +34,11 @@ pub(super) struct Recovered {
     pub reruns: std::collections::VecDeque<Planned>,
 }
 
-/// What the checkpoint depends on: the source and the operator. A checkpoint written under
-/// another fingerprint is refused rather than silently reinterpreted.
-pub(super) fn fingerprint(p: &Pipeline) -> String {
-    let window = p.windowed.as_ref().map(|w| format!("{:?}/{:?}", w.window, w.output));
-    format!("source={} window={}", p.source.kind.identity(), window.unwrap_or_else(|| "none".into()))
+/// What the checkpoint depends on: the source and the operator (its own
+/// [`Operator::fingerprint`]). A checkpoint written under another fingerprint is refused rather
+/// than silently reinterpreted.
+pub(super) fn fingerprint(p: &Pipeline, operator: &dyn Operator) -> String {
+    format!("source={} window={}", p.source.kind.identity(), operator.fingerprint())
 }
 
 /// Opens everything a run needs, from the checkpoint on; returns the run, its source and
@@ -54,7 +54,7 @@ pub(super) fn start(
     keep_grants_clear(pipeline, &opts.checkpoint, &dead_path, late_path.as_deref(), cache.as_deref())?;
 
     let (mut checkpoint, found) = CheckpointDir::lock(&opts.checkpoint)?;
-    let fingerprint = fingerprint(pipeline);
+    let fingerprint = fingerprint(pipeline, stages.operator.as_ref());
     let identity = checkpoint.check(found.as_ref(), &pipeline.name, &fingerprint)?;
     let mut state = StateStore::open(&checkpoint.state_dir())?;
     if !opts.fsync {

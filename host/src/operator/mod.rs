@@ -116,6 +116,10 @@ pub(crate) trait Operator: Send {
     /// The stage name that dead letters of events this operator failed on carry.
     fn stage(&self) -> &str;
 
+    /// What the checkpointed state means under this operator (its windowing and output mode):
+    /// a checkpoint written under another fingerprint is refused, not reinterpreted.
+    fn fingerprint(&self) -> String;
+
     /// Where the operator's notes on this batch stand, to [`Operator::rollback`] to.
     fn mark(&self) -> usize;
 

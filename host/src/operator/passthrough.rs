@@ -45,6 +45,10 @@ impl Operator for PassThrough {
         "passthrough"
     }
 
+    fn fingerprint(&self) -> String {
+        "none".into()
+    }
+
     fn mark(&self) -> usize {
         0
     }
