@@ -5,7 +5,10 @@
 //! deserializing the whole row once more per event. This scanner walks the object's top level,
 //! skipping values by their delimiters, and stops at the wanted key. Keys are compared as
 //! written (a key spelt with escapes does not match). It rejects what is not an object, but it
-//! is not a validator: that is the parser's job.
+//! is not a validator: that is the parser's job. The word-at-a-time byte tests are
+//! `scan.rs`'s.
+
+use super::scan::{bytes_below, equal_bytes, same, word};
 
 /// The raw bytes of top-level field `name` of the JSON object `json`; `Ok(None)` if absent.
 pub(crate) fn top_level_field<'a>(json: &'a [u8], name: &str) -> Result<Option<&'a [u8]>, &'static str> {
@@ -29,7 +32,7 @@ pub(crate) fn top_level_field<'a>(json: &'a [u8], name: &str) -> Result<Option<&
         }
         i = skip_ws(json, i + 1);
         let value_end = value_end(json, i)?;
-        if super::scan::same(key, name.as_bytes()) {
+        if same(key, name.as_bytes()) {
             return Ok(Some(&json[i..value_end]));
         }
         i = skip_ws(json, value_end);
@@ -48,24 +51,14 @@ fn skip_ws(b: &[u8], mut i: usize) -> usize {
     i
 }
 
-const ONES: u64 = 0x0101_0101_0101_0101;
-const HIGHS: u64 = 0x8080_8080_8080_8080;
-
-/// The high bit of each byte of `x` that is zero (exact for the lowest; `scan.rs` says why
-/// that is enough).
-#[inline(always)]
-fn zero(x: u64) -> u64 {
-    x.wrapping_sub(ONES) & !x & HIGHS
-}
-
 /// `b[i]` is an opening quote; returns the index after the closing one. Eight bytes a step
 /// where there are eight (the same word arithmetic as `scan.rs`).
 #[inline(always)]
 fn string_end(b: &[u8], i: usize) -> Result<usize, &'static str> {
     let mut j = i + 1;
     loop {
-        if let Some(w) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()).map(u64::from_le_bytes) {
-            let stops = zero(w ^ (ONES * b'"' as u64)) | zero(w ^ (ONES * b'\\' as u64));
+        if let Some(w) = word(b, j) {
+            let stops = equal_bytes(w, b'"') | equal_bytes(w, b'\\');
             if stops == 0 {
                 j += 8;
                 continue;
@@ -110,11 +103,8 @@ fn value_end(b: &[u8], i: usize) -> Result<usize, &'static str> {
             // A number or literal runs to the next delimiter (or white space, or anything below
             // it): eight bytes a step.
             let mut j = i;
-            while let Some(w) = b.get(j..j + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()).map(u64::from_le_bytes) {
-                let stops = zero(w ^ (ONES * b',' as u64))
-                    | zero(w ^ (ONES * b'}' as u64))
-                    | zero(w ^ (ONES * b']' as u64))
-                    | (w.wrapping_sub(ONES * 0x21) & !w & HIGHS);
+            while let Some(w) = word(b, j) {
+                let stops = equal_bytes(w, b',') | equal_bytes(w, b'}') | equal_bytes(w, b']') | bytes_below(w, 0x21);
                 if stops != 0 {
                     j += (stops.trailing_zeros() / 8) as usize;
                     return if j == i { Err("expected a value") } else { Ok(j) };
@@ -174,22 +164,9 @@ mod tests {
         }
     }
 
+    /// Strings full of the delimiters the skipping must not be fooled by.
     fn value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
-        use proptest::prelude::*;
-        let leaf = prop_oneof![
-            Just(serde_json::Value::Null),
-            any::<bool>().prop_map(serde_json::Value::Bool),
-            any::<i64>().prop_map(serde_json::Value::from),
-            any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
-            "[a-z,}\\]\"\\\\ ]{0,12}".prop_map(serde_json::Value::String),
-        ];
-        leaf.prop_recursive(3, 16, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
-                proptest::collection::btree_map("[a-z]{0,3}", inner, 0..4)
-                    .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
-            ]
-        })
+        super::super::scan::tests::json_values("[a-z,}\\]\"\\\\ ]{0,12}", "[a-z]{0,3}")
     }
 
     #[test]

@@ -124,7 +124,7 @@ struct Scanner<'a> {
 
 /// Eight bytes at `i`, little-endian, if there are eight.
 #[inline(always)]
-fn word(b: &[u8], i: usize) -> Option<u64> {
+pub(super) fn word(b: &[u8], i: usize) -> Option<u64> {
     let w: [u8; 8] = b.get(i..i + 8)?.try_into().ok()?;
     Some(u64::from_le_bytes(w))
 }
@@ -133,10 +133,23 @@ const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 /// The high bit of each byte of `x` that is zero. Exact for the lowest such byte; a higher one
-/// may be flagged after a borrow, which does not matter to a search for the first.
+/// may be flagged after a borrow, which does not matter to a search for the first (nor does it
+/// to [`equal_bytes`] and [`bytes_below`], built on the same arithmetic).
 #[inline(always)]
 fn zero_bytes(x: u64) -> u64 {
     x.wrapping_sub(ONES) & !x & HIGHS
+}
+
+/// The high bit of each byte of `x` equal to `byte`.
+#[inline(always)]
+pub(super) fn equal_bytes(x: u64, byte: u8) -> u64 {
+    zero_bytes(x ^ (ONES * byte as u64))
+}
+
+/// The high bit of each ASCII byte of `x` below `n` (`n` at most 0x80).
+#[inline(always)]
+pub(super) fn bytes_below(x: u64, n: u8) -> u64 {
+    x.wrapping_sub(ONES * n as u64) & !x & HIGHS
 }
 
 /// The bytes that end a run of plain string characters: `"`, `\`, control characters and
@@ -144,10 +157,7 @@ fn zero_bytes(x: u64) -> u64 {
 /// integer arithmetic, so the same code serves natively and inside Wasm).
 #[inline(always)]
 fn string_stops(x: u64) -> u64 {
-    zero_bytes(x ^ (ONES * b'"' as u64))
-        | zero_bytes(x ^ (ONES * b'\\' as u64))
-        | (x.wrapping_sub(ONES * 0x20) & !x & HIGHS)
-        | (x & HIGHS)
+    equal_bytes(x, b'"') | equal_bytes(x, b'\\') | bytes_below(x, 0x20) | (x & HIGHS)
 }
 
 /// The bytes of `x` that are not ASCII digits.
@@ -493,7 +503,7 @@ pub(crate) fn same(a: &[u8], b: &[u8]) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const ORDER: &[u8] =
@@ -575,18 +585,27 @@ mod tests {
     }
 
     fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        json_values("\\PC{0,8}", "[a-z\\\\\"é]{0,4}")
+    }
+
+    /// Any JSON value, nested a few levels, with strings and object keys drawn from `strings`
+    /// and `keys` (regular expressions): what the SDK's scanners are tested against.
+    pub(crate) fn json_values(
+        strings: &'static str,
+        keys: &'static str,
+    ) -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
         use proptest::prelude::*;
         let leaf = prop_oneof![
             Just(serde_json::Value::Null),
             any::<bool>().prop_map(serde_json::Value::Bool),
             any::<i64>().prop_map(serde_json::Value::from),
             any::<f64>().prop_filter("finite", |f| f.is_finite()).prop_map(serde_json::Value::from),
-            "\\PC{0,8}".prop_map(serde_json::Value::String),
+            strings.prop_map(serde_json::Value::String),
         ];
-        leaf.prop_recursive(4, 32, 6, |inner| {
+        leaf.prop_recursive(4, 32, 6, move |inner| {
             prop_oneof![
                 proptest::collection::vec(inner.clone(), 0..5).prop_map(serde_json::Value::Array),
-                proptest::collection::btree_map("[a-z\\\\\"é]{0,4}", inner, 0..5)
+                proptest::collection::btree_map(keys, inner, 0..5)
                     .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
             ]
         })
