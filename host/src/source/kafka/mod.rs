@@ -6,11 +6,13 @@
 //! so a batch re-run after a crash reads the same records. Group offsets are committed after each
 //! batch for lag monitoring only.
 //!
-//! Records that arrive past a partition's planned end are kept for the next batch. Back-pressure
-//! is by pausing: once [`EARLY_MAX`] records of a partition wait like that, the partition is
-//! paused, so the client stops fetching it until the pipeline catches up; the client's own
-//! prefetch is capped too (`queued.max.messages.kbytes`). Pausing is not done at every batch
-//! end: librdkafka takes about a second to fetch again from a resumed partition.
+//! Each partition is read from a queue of its own (librdkafka's partition queues), and only
+//! while the plan needs it: records past a partition's planned end stay in the client's queue
+//! for the next batch. So a batch never waits behind another partition's backlog (one queue for
+//! all of them delivered whole fetches in turn: the first batch of a 31-partition backlog polled
+//! 387,000 records to find one of each partition), and back-pressure is the client's own: it
+//! stops fetching a partition whose queue holds [`PARTITION_PREFETCH_KB`]. A reader with nothing
+//! to read sleeps on a [`Bell`] the queues ring.
 //!
 //! Broker calls are retried as `crate::kafka` says: with backoff, as long as it takes, until a
 //! stop request.
@@ -19,18 +21,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use std::collections::VecDeque;
+
+use rdkafka::consumer::base_consumer::PartitionQueue;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, DefaultConsumerContext};
 use rdkafka::error::KafkaError as RdError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{BorrowedMessage, Headers, Message, OwnedMessage};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+mod bell;
 mod closing;
-mod early;
 
+use bell::Bell;
 use closing::Closing;
-use early::Early;
 
 use super::{Limit, Position, SourceBatch};
 use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, with_retry};
@@ -44,12 +49,15 @@ pub(crate) struct TopicOffset {
     pub offset: i64,
 }
 
-/// How long one poll waits for records; also how often a stop request is noticed.
+/// How long a reader with nothing to read sleeps before it looks again (a record arriving
+/// wakes it sooner); also how often a stop request is noticed.
 const POLL: Duration = Duration::from_millis(100);
 /// Records a batch makes room for up front, at most (a plan may span more offsets).
 const PLAN_ROOM_MAX: usize = 1 << 20;
-/// Records of one partition that may wait past its planned end before it is paused.
-const EARLY_MAX: usize = 20_000;
+/// The client's prefetch per partition (`queued.max.messages.kbytes`, which applies per
+/// partition once partitions have queues of their own): about 7,000 orders, more than a
+/// batch's share of any partition, and 64 MiB over 64 partitions. `kafka.*` options override it.
+const PARTITION_PREFETCH_KB: &str = "1024";
 /// How long a planned batch may wait for its records, with nothing arriving, before the wait
 /// is logged (and logged again as often): planned records are on the broker, so a silence this
 /// long means the broker is unreachable, which the client does not report through `poll`.
@@ -58,13 +66,22 @@ struct Part {
     stream: u16,
     partition: i32,
     next: i64,
-    early: Early,
-    paused: bool,
+    queue: PartitionQueue<DefaultConsumerContext>,
+    /// Records polled at or past the planned end: the first after offsets without records
+    /// (transaction markers, compaction), or ones the shared queue had from before the split.
+    held: VecDeque<OwnedMessage>,
 }
 
 pub(crate) struct KafkaSource {
-    /// Always `Some` but in `drop`, which closes it off this thread (see [`closing`]).
-    consumer: Closing<BaseConsumer>,
+    /// Always `Some` but in `drop`, which closes it off this thread (see [`closing`]); the
+    /// partition queues hold the other references, and `drop` lets them go first.
+    consumer: Closing<Arc<BaseConsumer>>,
+    /// Rung by every queue of the consumer's.
+    bell: Arc<Bell>,
+    /// The bell's generation when the queues were last looked at.
+    looked: u64,
+    /// The partition `poll_available` starts from next.
+    turn: usize,
     topics: Vec<String>,
     /// Sorted by (stream, partition).
     parts: Vec<Part>,
@@ -82,7 +99,11 @@ impl KafkaSource {
     /// Assigns every partition of the configured topics (or the listed partitions), at the
     /// checkpoint's offsets where it has them and at the configured start elsewhere.
     pub(crate) fn open(cfg: &KafkaSourceConfig, at: &[TopicOffset], stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
-        let consumer: Closing<BaseConsumer> = Closing(Some(consumer_config(cfg).create().map_err(KafkaError::Config)?));
+        let bell = Arc::new(Bell::default());
+        let mut consumer: BaseConsumer = consumer_config(cfg).create().map_err(KafkaError::Config)?;
+        let ring = bell.clone();
+        consumer.set_nonempty_callback(move || ring.ring());
+        let consumer = Closing(Some(Arc::new(consumer)));
 
         let mut wanted: Vec<(u16, i32)> = Vec::new();
         for (stream, topic) in cfg.topics.iter().enumerate() {
@@ -114,7 +135,8 @@ impl KafkaSource {
         wanted.sort_unstable();
         wanted.dedup();
 
-        let mut parts = Vec::with_capacity(wanted.len());
+        let mut starts = Vec::with_capacity(wanted.len());
+        let mut tpl = TopicPartitionList::new();
         for (stream, partition) in wanted {
             let topic = &cfg.topics[stream as usize];
             let saved = at.iter().find(|o| &o.topic == topic && o.partition == partition).map(|o| o.offset);
@@ -122,18 +144,31 @@ impl KafkaSource {
                 Some(o) => o,
                 None => start_offset(&consumer, &stop, topic, partition, cfg.starting)?,
             };
-            parts.push(Part { stream, partition, next, early: Early::default(), paused: false });
-        }
-        let mut tpl = TopicPartitionList::new();
-        for p in &parts {
-            tpl.add_partition_offset(&cfg.topics[p.stream as usize], p.partition, Offset::Offset(p.next))
+            tpl.add_partition_offset(topic, partition, Offset::Offset(next))
                 .map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
+            starts.push((stream, partition, next));
         }
         consumer.assign(&tpl).map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
+        // Split right after `assign` (which undoes earlier splits). Anything fetched before a
+        // split is in the shared queue, which every read drains first, so offsets stay in order.
+        let mut parts = Vec::with_capacity(starts.len());
+        for (stream, partition, next) in starts {
+            let topic = &cfg.topics[stream as usize];
+            let mut queue = consumer.split_partition_queue(topic, partition).ok_or_else(|| KafkaError::Topic {
+                topic: topic.clone(),
+                message: format!("partition {partition} has no queue"),
+            })?;
+            let ring = bell.clone();
+            queue.set_nonempty_callback(move || ring.ring());
+            parts.push(Part { stream, partition, next, queue, held: VecDeque::new() });
+        }
         tracing::info!(partitions = parts.len(), "kafka source assigned {}", describe(&cfg.topics, &parts));
         let highs = vec![-1; parts.len()];
         Ok(Self {
             consumer,
+            bell,
+            looked: 0,
+            turn: 0,
             topics: cfg.topics.clone(),
             parts,
             bound: None,
@@ -178,7 +213,7 @@ impl KafkaSource {
                 return Ok(None);
             }
             // Nothing new: wait a little for a record rather than spin on the broker.
-            self.wait_for_any()?;
+            self.wait_for_any();
             return Ok(Some(SourceBatch::default()));
         }
         self.read_to(&ends).map(Some)
@@ -210,35 +245,26 @@ impl KafkaSource {
     }
 
     /// Reads what has arrived, up to `max` records, waiting at most `wait` for the first one:
-    /// continuous mode, which has no planned ends.
+    /// continuous mode, which has no planned ends. Each call starts from the next partition,
+    /// so none waits behind a busy one.
     pub(crate) fn poll_available(&mut self, max: usize, wait: Duration) -> Result<SourceBatch, KafkaError> {
         let mut batch = SourceBatch::default();
-        for p in &mut self.parts {
-            while batch.len() < max {
-                let Some(offset) = p.early.take_into(&mut batch, p.stream, p.partition) else { break };
-                p.next = offset + 1;
+        let deadline = Instant::now() + wait;
+        let n = self.parts.len();
+        loop {
+            self.looked = self.bell.seen();
+            self.serve_shared(None, &mut batch)?;
+            for k in 0..n {
+                self.take((self.turn + k) % n, i64::MAX, max, &mut batch)?;
             }
-        }
-        let mut timeout = wait;
-        while batch.len() < max {
+            self.turn = (self.turn + 1) % n.max(1);
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !batch.is_empty() || left.is_zero() {
+                return Ok(batch);
+            }
             self.check_stop()?;
-            let Some(m) = self.consumer.poll(timeout) else { break };
-            timeout = Duration::ZERO;
-            let m = match m {
-                Ok(m) => m,
-                Err(e) => {
-                    self.consumer_error(e)?;
-                    continue;
-                }
-            };
-            let Some(i) = self.part_of(m.topic(), m.partition()) else { continue };
-            if m.offset() < self.parts[i].next {
-                continue;
-            }
-            push_message(&mut batch, self.parts[i].stream, &m);
-            self.parts[i].next = m.offset() + 1;
+            self.bell.wait(self.looked, left.min(POLL));
         }
-        Ok(batch)
     }
 
     fn read_to(&mut self, ends: &[i64]) -> Result<SourceBatch, KafkaError> {
@@ -247,74 +273,99 @@ impl KafkaSource {
         let planned: i64 = self.parts.iter().zip(ends).map(|(p, &end)| (end - p.next).max(0)).sum();
         let mut batch =
             SourceBatch::with_capacity(usize::try_from(planned).unwrap_or(0).min(PLAN_ROOM_MAX), &mut self.spare);
-        let mut open = 0;
-        for (p, &end) in self.parts.iter_mut().zip(ends) {
-            while p.next < end {
-                match p.early.first_offset() {
-                    None => break,
-                    Some(o) if o >= end => p.next = end,
-                    Some(_) => {
-                        if let Some(o) = p.early.take_into(&mut batch, p.stream, p.partition) {
-                            p.next = o + 1;
-                        }
-                    }
-                }
+        let mut heard = Instant::now();
+        loop {
+            self.looked = self.bell.seen();
+            let before = batch.len();
+            self.serve_shared(Some(ends), &mut batch)?;
+            for (i, &end) in ends.iter().enumerate() {
+                self.take(i, end, usize::MAX, &mut batch)?;
             }
-            if p.next < end {
-                open += 1;
+            let mut open = self.parts.iter().zip(ends).filter(|(p, end)| p.next < **end).count();
+            // Past the byte cap the batch ends where each partition stands: its recorded end
+            // says so, and a re-run reads exactly that.
+            if open == 0 || batch.bytes() >= super::MAX_BATCH_BYTES {
+                return Ok(batch);
+            }
+            self.check_stop()?;
+            if batch.len() > before {
+                heard = Instant::now();
+                continue;
+            }
+            if self.bell.wait(self.looked, POLL) {
+                continue;
+            }
+            // Offsets without records (transaction markers, compaction) are skipped by the
+            // client: its position tells where a partition really stands.
+            open -= self.settle_by_position(ends)?;
+            if open > 0 && heard.elapsed() >= STALL_WARN {
+                tracing::warn!(
+                    "kafka: no records for {:?} while {open} partitions have planned records to read \
+                     (broker unavailable?); the client keeps retrying",
+                    heard.elapsed()
+                );
+                heard = Instant::now();
+            }
+            if open == 0 {
+                return Ok(batch);
             }
         }
-        self.resume_all()?;
-        // Past the byte cap the batch ends where each partition stands: its recorded end says
-        // so, and a re-run reads exactly that.
-        let mut heard = Instant::now();
-        while open > 0 && batch.bytes() < super::MAX_BATCH_BYTES {
-            self.check_stop()?;
-            let m = match self.consumer.poll(POLL) {
-                None => {
-                    // Offsets without records (transaction markers, compaction) are skipped by
-                    // the client: its position tells where a partition really stands.
-                    open -= self.settle_by_position(ends)?;
-                    if open > 0 && heard.elapsed() >= STALL_WARN {
-                        tracing::warn!(
-                            "kafka: no records for {:?} while {open} partitions have planned records to read \
-                             (broker unavailable?); the client keeps retrying",
-                            heard.elapsed()
-                        );
-                        heard = Instant::now();
-                    }
-                    continue;
+    }
+
+    /// Moves partition `i`'s records below `end` into `batch`, without waiting, until the
+    /// partition reaches `end`, its queue is empty, or the batch holds `max` records or reaches
+    /// its byte cap. The first record at or past `end` is held for the next batch, so nothing is
+    /// polled past it.
+    fn take(&mut self, i: usize, end: i64, max: usize, batch: &mut SourceBatch) -> Result<(), KafkaError> {
+        let Part { stream, next, queue, held, .. } = &mut self.parts[i];
+        let mut failed = None;
+        while *next < end && batch.len() < max && batch.bytes() < super::MAX_BATCH_BYTES {
+            if let Some(h) = held.front() {
+                if h.offset() >= end {
+                    *next = end;
+                    break;
                 }
+                push_message(batch, *stream, h);
+                *next = h.offset() + 1;
+                held.pop_front();
+                continue;
+            }
+            match queue.poll(Duration::ZERO) {
+                None => break,
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    break;
+                }
+                Some(Ok(m)) => accept(*stream, next, held, end, m, batch),
+            }
+        }
+        match failed {
+            Some(e) => self.consumer_error(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Serves the consumer's shared queue: its events and errors, and any record fetched before
+    /// the partitions were split (it comes before all of its partition's own queue).
+    fn serve_shared(&mut self, ends: Option<&[i64]>, batch: &mut SourceBatch) -> Result<(), KafkaError> {
+        loop {
+            let m = match self.consumer.poll(Duration::ZERO) {
+                None => return Ok(()),
                 Some(Err(e)) => {
                     self.consumer_error(e)?;
                     continue;
                 }
                 Some(Ok(m)) => m,
             };
-            heard = Instant::now();
             let Some(i) = self.part_of(m.topic(), m.partition()) else { continue };
-            let (offset, end) = (m.offset(), ends[i]);
-            if offset < self.parts[i].next {
-                continue;
-            }
-            let was_open = self.parts[i].next < end;
-            if offset >= end {
-                self.parts[i].early.hold(&m);
-                if was_open {
-                    self.parts[i].next = end;
-                }
-            } else {
-                push_message(&mut batch, self.parts[i].stream, &m);
-                self.parts[i].next = offset + 1;
-            }
-            if was_open && self.parts[i].next >= end {
-                open -= 1;
-            }
-            if self.parts[i].early.len() >= EARLY_MAX {
-                self.pause(i)?;
+            let end = ends.map_or(i64::MAX, |e| e[i]);
+            let Part { stream, next, held, .. } = &mut self.parts[i];
+            if held.is_empty() {
+                accept(*stream, next, held, end, m, batch);
+            } else if m.offset() >= *next {
+                held.push_back(m.detach());
             }
         }
-        Ok(batch)
     }
 
     /// Which of the assigned partitions a message is from.
@@ -330,7 +381,7 @@ impl KafkaSource {
         };
         let mut settled = 0;
         for (i, p) in self.parts.iter_mut().enumerate() {
-            if p.next >= ends[i] || !p.early.is_empty() {
+            if p.next >= ends[i] || !p.held.is_empty() {
                 continue;
             }
             let topic = &self.topics[p.stream as usize];
@@ -363,44 +414,10 @@ impl KafkaSource {
         Ok(self.highs.clone())
     }
 
-    fn wait_for_any(&mut self) -> Result<(), KafkaError> {
-        self.resume_all()?;
-        match self.consumer.poll(POLL) {
-            None => Ok(()),
-            Some(Err(e)) => self.consumer_error(e),
-            Some(Ok(m)) => {
-                if let Some(i) = self.part_of(m.topic(), m.partition())
-                    && m.offset() >= self.parts[i].next
-                {
-                    self.parts[i].early.hold(&m);
-                }
-                Ok(())
-            }
-        }
-    }
-
-    fn pause(&mut self, i: usize) -> Result<(), KafkaError> {
-        if self.parts[i].paused {
-            return Ok(());
-        }
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition(&self.topics[self.parts[i].stream as usize], self.parts[i].partition);
-        self.consumer.pause(&tpl).map_err(|e| KafkaError::Call { what: "pause".into(), source: e })?;
-        self.parts[i].paused = true;
-        Ok(())
-    }
-
-    /// Resumes the paused partitions whose waiting records have been taken.
-    fn resume_all(&mut self) -> Result<(), KafkaError> {
-        let mut tpl = TopicPartitionList::new();
-        for p in self.parts.iter_mut().filter(|p| p.paused && p.early.len() < EARLY_MAX / 2) {
-            tpl.add_partition(&self.topics[p.stream as usize], p.partition);
-            p.paused = false;
-        }
-        if tpl.count() > 0 {
-            self.consumer.resume(&tpl).map_err(|e| KafkaError::Call { what: "resume".into(), source: e })?;
-        }
-        Ok(())
+    /// Sleeps until a queue gets something since the last look, at most [`POLL`].
+    fn wait_for_any(&mut self) {
+        self.bell.wait(self.looked, POLL);
+        self.looked = self.bell.seen();
     }
 
     /// A fetch error: data loss is fatal; anything else (a broker gone) is logged at most once
@@ -421,6 +438,14 @@ impl KafkaSource {
     }
 }
 
+impl Drop for KafkaSource {
+    fn drop(&mut self) {
+        // The partition queues first: the consumer's last reference must be the one `Closing`
+        // drops off this thread.
+        self.parts.clear();
+    }
+}
+
 /// The source's consumer settings: Weir's, then the pipeline's `kafka.*` options over them.
 pub(crate) fn consumer_config(cfg: &KafkaSourceConfig) -> ClientConfig {
     client_config(
@@ -432,7 +457,7 @@ pub(crate) fn consumer_config(cfg: &KafkaSourceConfig) -> ClientConfig {
             // Never skip silently: a checkpointed offset that is gone is data loss.
             ("auto.offset.reset", "error"),
             // Bound the client's prefetch (librdkafka's default is 64 MiB per partition).
-            ("queued.max.messages.kbytes", "16384"),
+            ("queued.max.messages.kbytes", PARTITION_PREFETCH_KB),
             // Once the prefetch is full, fetch again soon after the pipeline has taken from it;
             // librdkafka's default waits a whole second, during which a pipeline that caught up
             // has nothing to read (measured: 64k → 0.9M orders/s from a backlog).
@@ -468,6 +493,29 @@ fn start_offset(
                 _ => high,
             })
         }
+    }
+}
+
+/// A record polled from partition `stream`'s queue while it reads towards `end`: into the batch
+/// if below `end` (a record below `next` is a redelivery and dropped), else held.
+fn accept(
+    stream: u16,
+    next: &mut i64,
+    held: &mut VecDeque<OwnedMessage>,
+    end: i64,
+    m: BorrowedMessage<'_>,
+    batch: &mut SourceBatch,
+) {
+    let offset = m.offset();
+    if offset < *next {
+        return;
+    }
+    if offset >= end {
+        held.push_back(m.detach());
+        *next = end.max(*next);
+    } else {
+        push_message(batch, stream, &m);
+        *next = offset + 1;
     }
 }
 
