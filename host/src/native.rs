@@ -46,7 +46,10 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
             .map(|_| Box::new(Orders::new(config.key_by_user)) as Box<dyn ParseFns>)
             .collect(),
         transforms: Vec::new(),
-        operator: crate::aggregate::operator(w, Box::new(ErrorRate), Policy { failure: p.failure, stop: stop.clone() }),
+        operator: driver::chain(
+            w,
+            crate::aggregate::operator(w, Box::new(ErrorRate), Policy { failure: p.failure, stop: stop.clone() }),
+        ),
         sink: driver::sink(p, output, None, stop)?,
         runtime: None,
     })

@@ -46,6 +46,9 @@ pub(crate) struct BatchProgress {
     pub dead_letters: usize,
     #[serde(rename = "numLateEvents")]
     pub late_events: usize,
+    /// Dropped by `[dedup]` as repeats.
+    #[serde(rename = "numDuplicates")]
+    pub duplicates: usize,
     #[serde(rename = "numWindowsEmitted")]
     pub windows_emitted: usize,
     #[serde(rename = "numRowsOut")]
@@ -84,6 +87,7 @@ pub(crate) struct Summary {
     pub events: u64,
     pub dead_letters: u64,
     pub late_events: u64,
+    pub duplicates: u64,
     pub windows_emitted: u64,
     pub rows_out: u64,
     pub elapsed_s: f64,
@@ -116,7 +120,7 @@ impl Summary {
             ));
         }
         format!(
-            "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late, {} dead letters; \
+            "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late,{} {} dead letters; \
              {} windows emitted, {} rows out; final watermark {wm}{plugins}",
             self.input_rows,
             self.elapsed_s,
@@ -124,6 +128,8 @@ impl Summary {
             self.batches,
             self.events,
             self.late_events,
+            // Only where `[dedup]` dropped some: the line stays as it was for other pipelines.
+            if self.duplicates > 0 { format!(" {} duplicates,", self.duplicates) } else { String::new() },
             self.dead_letters,
             self.windows_emitted,
             self.rows_out,
@@ -172,6 +178,7 @@ impl Progress {
         t.events += b.events as u64;
         t.dead_letters += b.dead_letters as u64;
         t.late_events += b.late_events as u64;
+        t.duplicates += b.duplicates as u64;
         t.windows_emitted += b.windows_emitted as u64;
         t.rows_out += b.rows_out as u64;
         let mut err = std::io::stderr().lock();

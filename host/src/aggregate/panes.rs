@@ -19,7 +19,7 @@ use crate::sink::Rows;
 use crate::state::{StateError, StateStore, time_from_key, time_key};
 use crate::window::Panes;
 
-const PREFIX: u8 = b'p';
+const PREFIX: u8 = crate::operator::Scope::Panes as u8;
 
 pub(super) struct PaneOperator {
     panes: Panes,

@@ -17,8 +17,8 @@ use crate::sink::Rows;
 use crate::state::{StateStore, time_from_key, time_key};
 use crate::window::{Interval, merge_sessions};
 
-const PREFIX: u8 = b's';
-const INDEX: u8 = b'e';
+const PREFIX: u8 = crate::operator::Scope::Sessions as u8;
+const INDEX: u8 = crate::operator::Scope::SessionEnds as u8;
 /// Bytes of a stored session's value before its accumulator: its end.
 const END_BYTES: usize = 8;
 

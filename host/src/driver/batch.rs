@@ -302,6 +302,7 @@ impl Run {
         // What went through stays; the journal that could have undone it goes.
         state.release();
         report.late_events = set_aside.late.len();
+        report.duplicates = set_aside.duplicates;
         if let Some(side) = self.late.as_mut() {
             side.write(batch_id, batch, &events, &set_aside.late, in_force)?;
         }

@@ -28,7 +28,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
 pub(crate) use recovery::keep_neighbours_clear;
-pub(crate) use stages::{Output, Stages, sink};
+pub(crate) use stages::{Output, Stages, chain, sink};
 
 use crate::checkpoint::{CheckpointDir, CheckpointError, Syncs};
 use crate::ingest::IngestError;

@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use super::RunError;
 use crate::aggregate::Policy;
 use crate::operator::Operator;
+use crate::operator::dedup::Deduplicate;
 use crate::operator::passthrough::PassThrough;
 use crate::pipeline::{Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Runtime, Sink, TransformFns, Transformer};
@@ -56,12 +57,20 @@ impl Stages {
         let operator: Box<dyn Operator> = match &p.windowed {
             Some(w) => {
                 let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
-                crate::aggregate::operator(w, agg, Policy { failure: p.failure, stop: stop.clone() })
+                chain(w, crate::aggregate::operator(w, agg, Policy { failure: p.failure, stop: stop.clone() }))
             }
             None => Box::new(PassThrough),
         };
         let sink = sink(p, output, Some(runtime), stop)?;
         Ok(Self { parsers, transforms, operator, sink, runtime: Some(runtime.clone()) })
+    }
+}
+
+/// The windowed operator with what the pipeline puts in front of it (`[dedup]`).
+pub(crate) fn chain(w: &crate::pipeline::Windowed, window: Box<dyn Operator>) -> Box<dyn Operator> {
+    match &w.dedup {
+        Some(d) => Box::new(Deduplicate::new(d.clone(), window)),
+        None => window,
     }
 }
 

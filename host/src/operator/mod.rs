@@ -1,6 +1,7 @@
 //! Operators: what a batch's events become between the transforms and the sink. A stateless
 //! pipeline passes its rows through (`passthrough.rs`); a windowed aggregation keeps state and
-//! emits rows as the watermark moves (`aggregate/`). Each is one implementation of [`Operator`],
+//! emits rows as the watermark moves (`aggregate/`); deduplication (`dedup.rs`) drops repeats
+//! in front of another operator, which is how operators chain: one holds the next. Each is one implementation of [`Operator`],
 //! which carries the operator's whole lifecycle; the driver knows nothing else about it, so a new
 //! operator is a new file behind this trait.
 //!
@@ -17,6 +18,7 @@
 //! `mark`/`rollback` undo the operator's own notes of a `process` call that failed, beside the
 //! state's savepoint, so that the failure policy can retry and bisect.
 
+pub(crate) mod dedup;
 pub(crate) mod passthrough;
 
 use crate::plugin::{EventBatch, PluginError};
@@ -40,9 +42,37 @@ pub(crate) enum OperatorError {
     Migrate { from: u32, to: u32, source: PluginError },
 }
 
+/// The first byte of every state key: whose entry it is. One list, so no two operators (or two
+/// kinds of entry of one operator) can share a key; the checkpoint record (`m`) is outside it.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+pub(crate) enum Scope {
+    /// Tumbling and sliding panes, by pane and key (`aggregate/panes.rs`).
+    Panes = b'p',
+    /// Sessions, by key and start (`aggregate/sessions.rs`).
+    Sessions = b's',
+    /// Sessions by end, to find the final ones.
+    SessionEnds = b'e',
+    /// Kept events, by key and time (`dedup.rs`).
+    DedupKept = b'd',
+    /// Kept events by time, to expire them.
+    DedupExpiry = b'x',
+}
+
+impl Scope {
+    /// A key in this scope, with room for `rest` more bytes.
+    pub(crate) fn key(self, rest: usize) -> Vec<u8> {
+        let mut k = Vec::with_capacity(1 + rest);
+        k.push(self as u8);
+        k
+    }
+}
+
 /// What [`Operator::process`] set aside: indices of the batch's events.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Processed {
+    /// Dropped as repeats of an event kept earlier (`dedup.rs`).
+    pub duplicates: usize,
     /// Late for everything they belong to.
     pub late: Vec<u32>,
     /// Events the operator cannot place, with why (an event time whose windows would fall

@@ -36,6 +36,7 @@ pub(super) struct PipelineFile {
     #[serde(default)]
     pub(super) transform: Vec<StageFile>,
     pub(super) watermark: Option<WatermarkFile>,
+    pub(super) dedup: Option<DedupFile>,
     pub(super) window: Option<WindowFile>,
     pub(super) aggregate: Option<StageFile>,
     #[serde(default)]
@@ -195,6 +196,16 @@ pub(super) struct WatermarkFile {
     /// Whether a run that reaches the end of bounded input emits every open window; default:
     /// the run's (`weir test` flushes, `weir run` does not).
     pub(super) flush_at_end: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct DedupFile {
+    /// A top-level field of the parser's row (default: the event's key, which the parser set).
+    pub(super) key: Option<String>,
+    /// How long after a key's first event a repeat still counts as a duplicate, in event time
+    /// (default: the watermark's delay).
+    pub(super) within: Option<Dur>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -239,3 +239,21 @@ mod any_input {
         }
     }
 }
+
+#[test]
+fn dedup_takes_a_field_and_a_span_and_defaults_to_the_watermark_delay() {
+    let with = |dedup: &str| GOOD.replace("[window]", &format!("[dedup]\n{dedup}\n[window]"));
+    let p = Pipeline::parse(&with("key = \"order_id\""), Path::new("p.toml")).unwrap();
+    let d = p.windowed.unwrap().dedup.unwrap();
+    assert_eq!(d, Dedup { field: Some("order_id".into()), within_ms: 600_000 });
+    let p = Pipeline::parse(&with("within = \"30 seconds\""), Path::new("p.toml")).unwrap();
+    assert_eq!(p.windowed.unwrap().dedup.unwrap(), Dedup { field: None, within_ms: 30_000 });
+    assert!(err(&with("key = \"\"")).contains("dedup.key: a top-level field name"));
+    assert!(err(&with("within = \"0 seconds\"")).contains("dedup.within"));
+    assert!(err(&with("keys = [\"a\"]")).contains("keys"));
+    let stateless = GOOD
+        .replace("[watermark]\n    delay = \"10 minutes\"", "[dedup]")
+        .replace("[window]\n    type = \"tumbling\"\n    size = \"1 minute\"", "")
+        .replace("[aggregate]\n    plugin = \"a.wasm\"\n    config = { error_status = \"ERROR\" }", "");
+    assert!(err(&stateless).contains("dedup: deduplication runs before a window"), "{}", err(&stateless));
+}

@@ -178,6 +178,12 @@ fn build(
         .collect::<Result<Vec<_>, _>>()?;
 
     let windowed = match (f.window, f.aggregate, f.watermark) {
+        (None, None, _) if f.dedup.is_some() => {
+            return Err(invalid(
+                "dedup",
+                "deduplication runs before a window today: add [window], [aggregate] and [watermark]".into(),
+            ));
+        }
         (None, None, None) => {
             if f.output.mode != OutputMode::Append {
                 return Err(invalid("output.mode", "only `append` applies to a pipeline without [window]".into()));
@@ -206,7 +212,27 @@ fn build(
                 late_path,
                 flush_at_end: wm.flush_at_end,
             };
-            Some(Windowed { window, aggregate: stage("aggregate", a)?, time, output: f.output.mode })
+            let dedup = match f.dedup {
+                None => None,
+                Some(d) => Some(Dedup {
+                    field: match d.key {
+                        Some(k) if k.is_empty() || k.len() > MAX_DEDUP_FIELD => {
+                            return Err(invalid(
+                                "dedup.key",
+                                format!(
+                                    "a top-level field name of 1 to {MAX_DEDUP_FIELD} bytes, or leave it out to use the event's key"
+                                ),
+                            ));
+                        }
+                        k => k,
+                    },
+                    within_ms: match d.within {
+                        Some(w) => millis(span("dedup.within", w.0, MIN_WINDOW, MAX_TIME_SPAN, invalid)?),
+                        None => time.delay_ms,
+                    },
+                }),
+            };
+            Some(Windowed { dedup, window, aggregate: stage("aggregate", a)?, time, output: f.output.mode })
         }
         (None, Some(_), _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
         (Some(_), None, _) => return Err(invalid("aggregate", "[window] needs an [aggregate] table".into())),

@@ -1,0 +1,184 @@
+//! Deduplication within the watermark (`[dedup]`), in front of another operator: an event whose
+//! key a kept event had within `within` of its event time is a duplicate and goes no further.
+//! Spark's `dropDuplicatesWithinWatermark` is the model.
+//!
+//! The rule is a function of the events alone: an event is dropped if and only if an earlier
+//! kept event (by input order) has the same key and an event time at most `within` away, so
+//! where batches begin and end changes nothing. To decide that, a kept event's time must stay in
+//! state as long as an event that is not late may still fall within `within` of it: an event is
+//! late here when its time is more than `within` behind the watermark, so a kept time is dropped
+//! once the watermark passes it by `2 × within`. Late events are set aside as late, as windows
+//! set theirs aside: with their keys' state gone, whether they repeat cannot be told.
+//!
+//! State, under this operator's scopes: `KEPT` + key + time for each kept event, and
+//! `EXPIRY` + time + key to find the ones the watermark has passed. Both are empty values.
+
+use std::collections::HashMap;
+
+use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
+use crate::columns;
+use crate::pipeline::Dedup;
+use crate::plugin::EventBatch;
+use crate::sink::Rows;
+use crate::state::{StateStore, time_key};
+
+pub(crate) struct Deduplicate {
+    spec: Dedup,
+    /// The operator the events that are not duplicates go on to.
+    next: Box<dyn Operator>,
+}
+
+impl Deduplicate {
+    pub(crate) fn new(spec: Dedup, next: Box<dyn Operator>) -> Self {
+        Self { spec, next }
+    }
+
+    /// An event's dedup key: the JSON text of its row's field (as serde_json writes it, so
+    /// `1` and `1.0` differ, `"a"` and `"\u0061"` do not), or the event's own key.
+    fn key(&self, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
+        let Some(field) = &self.spec.field else {
+            return Ok(columns::item(&events.keys, &events.key_ends, i).to_vec());
+        };
+        let row = columns::item(&events.rows, &events.row_ends, i);
+        let value: serde_json::Value =
+            serde_json::from_slice(row).map_err(|e| format!("dedup.key: the row is not JSON ({e})"))?;
+        match value.get(field) {
+            Some(v) => serde_json::to_vec(v).map_err(|e| format!("dedup.key: {e}")),
+            None => Err(format!("dedup.key: the row has no field {field:?} to deduplicate on")),
+        }
+    }
+}
+
+fn kept_key(key: &[u8], time: i64) -> Vec<u8> {
+    let mut k = Scope::DedupKept.key(key.len() + 12);
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k.extend_from_slice(&time_key(time));
+    k
+}
+
+fn expiry_key(time: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = Scope::DedupExpiry.key(key.len() + 12);
+    k.extend_from_slice(&time_key(time));
+    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
+    k.extend_from_slice(key);
+    k
+}
+
+/// The kept entry an expiry entry points at.
+fn kept_of_expiry(k: &[u8]) -> Option<Vec<u8>> {
+    let rest = k.get(1..)?;
+    let time = crate::state::time_from_key(rest.get(..8)?);
+    let len = u32::from_be_bytes(rest.get(8..12)?.try_into().ok()?) as usize;
+    Some(kept_key(rest.get(12..12 + len)?, time))
+}
+
+impl Operator for Deduplicate {
+    fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
+        self.next.open(state, restored_version)
+    }
+
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Processed, OperatorError> {
+        let within = self.spec.within_ms;
+        let mut set_aside = Processed::default();
+        // (index, key) of the events that are neither late nor invalid.
+        let mut candidates = Vec::with_capacity(events.times.len());
+        for (i, &t) in events.times.iter().enumerate() {
+            if t.saturating_add(within) < watermark {
+                set_aside.late.push(i as u32);
+                continue;
+            }
+            match self.key(events, i) {
+                Ok(key) => candidates.push((i, key)),
+                Err(why) => set_aside.invalid.push((i as u32, why)),
+            }
+        }
+        // Kept events of earlier batches near each candidate, in one pass over the store.
+        let ranges: Vec<_> = candidates
+            .iter()
+            .map(|(i, key)| {
+                let t = events.times[*i];
+                (kept_key(key, t.saturating_sub(within)), kept_key(key, t.saturating_add(within).saturating_add(1)))
+            })
+            .collect();
+        let earlier = state.ranges(&ranges)?;
+        // Kept events of this batch, by key.
+        let mut kept_now: HashMap<&[u8], Vec<i64>> = HashMap::new();
+        let mut passed = EventBatch::default();
+        // Index in `events` of each event of `passed`.
+        let mut origin = Vec::new();
+        for ((i, key), near) in candidates.iter().zip(&earlier) {
+            let t = events.times[*i];
+            let now = kept_now.entry(key.as_slice()).or_default();
+            if !near.is_empty() || now.iter().any(|&k| k.abs_diff(t) <= within as u64) {
+                set_aside.duplicates += 1;
+                continue;
+            }
+            now.push(t);
+            state.put(kept_key(key, t), Vec::new());
+            state.put(expiry_key(t, key), Vec::new());
+            passed.times.push(t);
+            columns::push(&mut passed.keys, &mut passed.key_ends, columns::item(&events.keys, &events.key_ends, *i))?;
+            columns::push(&mut passed.rows, &mut passed.row_ends, columns::item(&events.rows, &events.row_ends, *i))?;
+            passed.origins.push(events.origins[*i]);
+            origin.push(*i as u32);
+        }
+        let next = self.next.process(&passed, watermark, state, out)?;
+        set_aside.late.extend(next.late.iter().map(|&j| origin[j as usize]));
+        set_aside.late.sort_unstable();
+        set_aside.invalid.extend(next.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
+        set_aside.duplicates += next.duplicates;
+        Ok(set_aside)
+    }
+
+    fn advance(
+        &mut self,
+        from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError> {
+        let cutoff = to.saturating_sub(self.spec.within_ms.saturating_mul(2));
+        if cutoff > i64::MIN {
+            let mut upto = Scope::DedupExpiry.key(8);
+            upto.extend_from_slice(&time_key(cutoff));
+            for (k, _) in state.range(&Scope::DedupExpiry.key(0), &upto)? {
+                let kept = kept_of_expiry(&k).ok_or_else(|| OperatorError::Corrupt {
+                    key: format!("{k:?}"),
+                    message: "a dedup expiry entry".into(),
+                })?;
+                state.delete(kept);
+                state.delete(k);
+            }
+        }
+        self.next.advance(from, to, state, out)
+    }
+
+    fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
+        // The keys kept hold nothing to emit: a flush waits only for what comes after.
+        self.next.horizon(state)
+    }
+
+    fn stage(&self) -> &str {
+        self.next.stage()
+    }
+
+    fn fingerprint(&self) -> String {
+        let field = self.spec.field.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?}"));
+        format!("dedup on {field} within {} ms, then {}", self.spec.within_ms, self.next.fingerprint())
+    }
+
+    fn mark(&self) -> usize {
+        self.next.mark()
+    }
+
+    fn rollback(&mut self, mark: usize) {
+        self.next.rollback(mark)
+    }
+}
