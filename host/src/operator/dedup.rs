@@ -182,3 +182,75 @@ impl Operator for Deduplicate {
         self.next.rollback(mark)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::operator::passthrough::PassThrough;
+
+    /// The rule of the module's doc, over all events at once.
+    fn naive(events: &[(i64, u8)], within: i64) -> Vec<usize> {
+        let mut kept: Vec<(u8, i64)> = Vec::new();
+        let mut out = Vec::new();
+        for (i, &(t, key)) in events.iter().enumerate() {
+            if !kept.iter().any(|&(k, kt)| k == key && kt.abs_diff(t) <= within as u64) {
+                kept.push((key, t));
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    fn batch(events: &[(i64, u8)], first: usize, by_field: bool) -> EventBatch {
+        let mut b = EventBatch::default();
+        for (j, &(t, key)) in events.iter().enumerate() {
+            b.times.push(t);
+            let event_key = if by_field { Vec::new() } else { vec![key] };
+            columns::push(&mut b.keys, &mut b.key_ends, &event_key).unwrap();
+            let row = format!("{{\"id\":{key},\"n\":{}}}", first + j);
+            columns::push(&mut b.rows, &mut b.row_ends, row.as_bytes()).unwrap();
+            b.origins.push(j as u32);
+        }
+        b
+    }
+
+    proptest! {
+        /// Where batches begin and end changes nothing: with any cuts, and a watermark that
+        /// moves as far as it can without making an event late (so kept times do expire), the
+        /// rows that pass are the naive rule's.
+        #[test]
+        fn batches_do_not_change_which_events_pass(
+            events in proptest::collection::vec((0i64..2_000, 0u8..6), 1..120),
+            cuts in proptest::collection::btree_set(1usize..120, 0..8),
+            within in 1i64..300,
+            by_field: bool,
+        ) {
+            let dir = tempfile::tempdir().unwrap();
+            let mut state = StateStore::open(dir.path()).unwrap();
+            let spec = Dedup { field: by_field.then(|| "id".to_string()), within_ms: within };
+            let mut op = Deduplicate::new(spec, Box::new(PassThrough));
+            op.open(&mut state, None).unwrap();
+            let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c < events.len()).collect();
+            bounds.insert(0, 0);
+            bounds.push(events.len());
+            let mut rows = Rows::default();
+            let mut wm = i64::MIN;
+            for w in bounds.windows(2) {
+                let (from, to) = (w[0], w[1]);
+                let set_aside = op.process(&batch(&events[from..to], from, by_field), wm, &mut state, &mut rows).unwrap();
+                prop_assert!(set_aside.late.is_empty() && set_aside.invalid.is_empty());
+                // The furthest the watermark may go: every event still to come is within
+                // `within` of it.
+                let next = events[to..].iter().map(|e| e.0).min().map_or(i64::MAX, |t| t - within);
+                op.advance(wm, next.max(wm), &mut state, &mut rows).unwrap();
+                wm = next.max(wm);
+            }
+            let passed: Vec<usize> = columns::items(&rows.rows, &rows.row_ends)
+                .map(|r| serde_json::from_slice::<serde_json::Value>(r).unwrap()["n"].as_u64().unwrap() as usize)
+                .collect();
+            prop_assert_eq!(passed, naive(&events, within));
+        }
+    }
+}
