@@ -4,9 +4,10 @@
 use std::sync::OnceLock;
 
 use crate::batch::{EventBatchView, RawBatchView};
-use crate::{Aggregator, Config, Delivery, Emitter, Parser, PluginError, Rows, Sink, Transformer, types};
+use crate::process::{Context, Timer};
+use crate::{Aggregator, Config, Delivery, Emitter, Parser, PluginError, Processor, Rows, Sink, Transformer, types};
 
-pub use crate::__bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
+pub use crate::__bindings::exports::weir::plugin::{aggregator, parser, processor, sink, transformer};
 pub use crate::types::{BatchOutput, EventBatch, PluginError as WitError, RawBatch};
 
 type WitResult<T> = Result<T, WitError>;
@@ -170,6 +171,93 @@ pub fn migrate<A: Aggregator>(cell: &OnceLock<A>, from: u32, accs: Vec<Vec<u8>>)
     Ok(out)
 }
 
+fn decode_state<P: Processor>(bytes: Option<&Vec<u8>>) -> Result<Option<P::State>, PluginError> {
+    bytes
+        .map(|b| serde_json::from_slice(b).map_err(|e| PluginError::BadState(format!("state does not decode: {e}"))))
+        .transpose()
+}
+
+fn encode_state<P: Processor>(state: &Option<P::State>) -> Result<Option<Vec<u8>>, PluginError> {
+    state
+        .as_ref()
+        .map(|s| serde_json::to_vec(s).map_err(|e| PluginError::Internal(format!("state does not encode: {e}"))))
+        .transpose()
+}
+
+pub fn process<P: Processor>(
+    cell: &OnceLock<P>,
+    clock: processor::Clock,
+    keys: Vec<processor::Keyed>,
+    events: EventBatch,
+    members: Vec<u32>,
+    group_ends: Vec<u32>,
+) -> WitResult<Vec<processor::KeyResult>> {
+    if !P::IMPLEMENTED {
+        return Err(unsupported("processor"));
+    }
+    let p = role(cell, P::new)?;
+    let view = EventBatchView::new(&events)?;
+    if keys.len() != group_ends.len() {
+        return Err(PluginError::Internal("one key per group expected".into()).into());
+    }
+    if members.iter().any(|&m| m as usize >= view.len()) {
+        return Err(PluginError::Internal("group member past the end of the events".into()).into());
+    }
+    let mut ctx = Context::new(&clock);
+    let mut out = Vec::with_capacity(keys.len());
+    let mut evs = Vec::new();
+    for (keyed, range) in keys.iter().zip(groups(&group_ends, members.len())?) {
+        let mut state = decode_state::<P>(keyed.state.as_ref())?;
+        evs.clear();
+        evs.extend(members[range].iter().map(|&m| view.event(m as usize)));
+        p.process(&keyed.key, &mut state, &evs, &mut ctx)?;
+        out.push(ctx.take(encode_state::<P>(&state)?));
+    }
+    Ok(out)
+}
+
+pub fn on_timers<P: Processor>(
+    cell: &OnceLock<P>,
+    clock: processor::Clock,
+    keys: Vec<processor::Keyed>,
+    timers: Vec<processor::Timer>,
+    timer_ends: Vec<u32>,
+) -> WitResult<Vec<processor::KeyResult>> {
+    if !P::IMPLEMENTED {
+        return Err(unsupported("processor"));
+    }
+    let p = role(cell, P::new)?;
+    if keys.len() != timer_ends.len() {
+        return Err(PluginError::Internal("one key per group of timers expected".into()).into());
+    }
+    let timers: Vec<Timer> = timers.iter().map(Timer::from_wit).collect();
+    let mut ctx = Context::new(&clock);
+    let mut out = Vec::with_capacity(keys.len());
+    for (keyed, range) in keys.iter().zip(groups(&timer_ends, timers.len())?) {
+        let mut state = decode_state::<P>(keyed.state.as_ref())?;
+        p.on_timers(&keyed.key, &mut state, &timers[range], &mut ctx)?;
+        out.push(ctx.take(encode_state::<P>(&state)?));
+    }
+    Ok(out)
+}
+
+pub fn process_state_version<P: Processor>() -> u32 {
+    P::STATE_VERSION
+}
+
+pub fn process_migrate<P: Processor>(cell: &OnceLock<P>, from: u32, states: Vec<Vec<u8>>) -> WitResult<Vec<Vec<u8>>> {
+    if !P::IMPLEMENTED {
+        return Err(unsupported("processor"));
+    }
+    let p = role(cell, P::new)?;
+    let mut out = Vec::with_capacity(states.len());
+    for bytes in &states {
+        let state = Some(p.migrate(from, bytes)?);
+        out.push(encode_state::<P>(&state)?.unwrap_or_default());
+    }
+    Ok(out)
+}
+
 pub fn sink_open<S: Sink>(cell: &OnceLock<S>) -> WitResult<()> {
     if !S::IMPLEMENTED {
         return Err(unsupported("sink"));
@@ -204,13 +292,14 @@ pub fn sink_commit<S: Sink>(cell: &OnceLock<S>, d: sink::Delivery) -> WitResult<
 /// weir_guest::export_plugin!(parser: OrdersParser, aggregator: ErrorRate);
 /// ```
 ///
-/// Roles: `parser`, `transformer`, `aggregator`, `sink`, each at most once. Roles not named
+/// Roles: `parser`, `transformer`, `aggregator`, `processor`, `sink`, each at most once. Roles not named
 /// answer `unsupported` if the host calls them.
 #[macro_export]
 macro_rules! export_plugin {
     ($($role:ident : $ty:ty),+ $(,)?) => {
         $crate::__export_plugin!(@munch
             [$crate::Unsupported] [$crate::Unsupported] [$crate::Unsupported] [$crate::Unsupported]
+            [$crate::Unsupported]
             $($role : $ty,)+);
     };
 }
@@ -218,23 +307,26 @@ macro_rules! export_plugin {
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __export_plugin {
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty] parser : $x:ty, $($rest:tt)*) => {
-        $crate::__export_plugin!(@munch [$x] [$t] [$a] [$s] $($rest)*);
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] parser : $x:ty, $($rest:tt)*) => {
+        $crate::__export_plugin!(@munch [$x] [$t] [$a] [$k] [$s] $($rest)*);
     };
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty] transformer : $x:ty, $($rest:tt)*) => {
-        $crate::__export_plugin!(@munch [$p] [$x] [$a] [$s] $($rest)*);
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] transformer : $x:ty, $($rest:tt)*) => {
+        $crate::__export_plugin!(@munch [$p] [$x] [$a] [$k] [$s] $($rest)*);
     };
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty] aggregator : $x:ty, $($rest:tt)*) => {
-        $crate::__export_plugin!(@munch [$p] [$t] [$x] [$s] $($rest)*);
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] aggregator : $x:ty, $($rest:tt)*) => {
+        $crate::__export_plugin!(@munch [$p] [$t] [$x] [$k] [$s] $($rest)*);
     };
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty] sink : $x:ty, $($rest:tt)*) => {
-        $crate::__export_plugin!(@munch [$p] [$t] [$a] [$x] $($rest)*);
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] processor : $x:ty, $($rest:tt)*) => {
+        $crate::__export_plugin!(@munch [$p] [$t] [$a] [$x] [$s] $($rest)*);
     };
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty] $other:ident : $x:ty, $($rest:tt)*) => {
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] sink : $x:ty, $($rest:tt)*) => {
+        $crate::__export_plugin!(@munch [$p] [$t] [$a] [$k] [$x] $($rest)*);
+    };
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty] $other:ident : $x:ty, $($rest:tt)*) => {
         compile_error!(concat!("unknown plugin role `", stringify!($other),
-            "`: expected parser, transformer, aggregator or sink"));
+            "`: expected parser, transformer, aggregator, processor or sink"));
     };
-    (@munch [$p:ty] [$t:ty] [$a:ty] [$s:ty]) => {
+    (@munch [$p:ty] [$t:ty] [$a:ty] [$k:ty] [$s:ty]) => {
         const _: () = {
             use $crate::__rt as rt;
             use ::std::sync::OnceLock;
@@ -243,6 +335,7 @@ macro_rules! __export_plugin {
             static PARSER: OnceLock<$p> = OnceLock::new();
             static TRANSFORMER: OnceLock<$t> = OnceLock::new();
             static AGGREGATOR: OnceLock<$a> = OnceLock::new();
+            static PROCESSOR: OnceLock<$k> = OnceLock::new();
             static SINK: OnceLock<$s> = OnceLock::new();
 
             impl rt::parser::Guest for WeirPlugin {
@@ -275,6 +368,31 @@ macro_rules! __export_plugin {
                 }
                 fn migrate(from: u32, accs: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, rt::WitError> {
                     rt::migrate(&AGGREGATOR, from, accs)
+                }
+            }
+            impl rt::processor::Guest for WeirPlugin {
+                fn process(
+                    clock: rt::processor::Clock,
+                    keys: Vec<rt::processor::Keyed>,
+                    events: rt::EventBatch,
+                    members: Vec<u32>,
+                    group_ends: Vec<u32>,
+                ) -> Result<Vec<rt::processor::KeyResult>, rt::WitError> {
+                    rt::process(&PROCESSOR, clock, keys, events, members, group_ends)
+                }
+                fn on_timers(
+                    clock: rt::processor::Clock,
+                    keys: Vec<rt::processor::Keyed>,
+                    timers: Vec<rt::processor::Timer>,
+                    timer_ends: Vec<u32>,
+                ) -> Result<Vec<rt::processor::KeyResult>, rt::WitError> {
+                    rt::on_timers(&PROCESSOR, clock, keys, timers, timer_ends)
+                }
+                fn state_version() -> u32 {
+                    rt::process_state_version::<$k>()
+                }
+                fn migrate(from: u32, states: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, rt::WitError> {
+                    rt::process_migrate(&PROCESSOR, from, states)
                 }
             }
             impl rt::sink::Guest for WeirPlugin {

@@ -1,7 +1,7 @@
 //! Write Weir plugins in Rust.
 //!
 //! A plugin implements one trait per role it plays ([`Parser`], [`Transformer`], [`Aggregator`],
-//! [`Sink`]) and exports them with [`export_plugin!`]. The SDK owns the batch loop: the host calls
+//! [`Processor`], [`Sink`]) and exports them with [`export_plugin!`]. The SDK owns the batch loop: the host calls
 //! the component once per batch with columnar data, and the SDK walks the batch and calls the
 //! trait once per record, inside the sandbox, where a call costs nothing. Plugin code never sees
 //! the raw bindings.
@@ -34,6 +34,7 @@ extern crate self as weir_guest;
 mod batch;
 mod config;
 mod field;
+mod process;
 mod roles;
 mod scan;
 
@@ -42,6 +43,7 @@ pub mod __rt;
 
 pub use batch::{Delivery, Emitter, Event, Header, Record, Rows, Value};
 pub use config::Config;
+pub use process::{Context, Processor, TimeDomain, Timer};
 pub use roles::{Aggregator, Parser, Sink, Transformer, Unsupported};
 pub use scan::Paths;
 

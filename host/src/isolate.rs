@@ -119,6 +119,7 @@ impl StageOutput for Processed {
         Processed::default()
     }
     fn append(&mut self, o: Self, offset: u32) -> Result<(), ColumnFull> {
+        self.duplicates += o.duplicates;
         self.late.extend(o.late.into_iter().map(|i| i + offset));
         self.invalid.extend(o.invalid.into_iter().map(|(i, why)| (i + offset, why)));
         Ok(())

@@ -28,7 +28,10 @@ pub(crate) struct NotTheOrdersPipeline(&'static str);
 pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool>) -> Result<Stages, RunError> {
     let uses = |path: &Path, name: &str| path.file_name().is_some_and(|f| f == name);
     let refuse = |why| PluginError::Engine(NotTheOrdersPipeline(why).to_string());
-    let w = p.windowed.as_ref().ok_or_else(|| refuse("this pipeline has no aggregate"))?;
+    let s = p.stateful.as_ref().ok_or_else(|| refuse("this pipeline has no aggregate"))?;
+    let crate::pipeline::Keyed::Window(w) = &s.keyed else {
+        return Err(refuse("this pipeline runs a processor").into());
+    };
     if !uses(&p.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
         return Err(refuse("this pipeline uses other plugins").into());
     }
@@ -47,8 +50,13 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
             .collect(),
         transforms: Vec::new(),
         operator: driver::chain(
-            w,
-            crate::aggregate::operator(w, Box::new(ErrorRate), Policy { failure: p.failure, stop: stop.clone() }),
+            s,
+            crate::aggregate::operator(
+                w,
+                &s.time,
+                Box::new(ErrorRate),
+                Policy { failure: p.failure, stop: stop.clone() },
+            ),
         ),
         sink: driver::sink(p, output, None, stop)?,
         runtime: None,

@@ -21,6 +21,7 @@ const PLUGINS: &[&str] = &[
     "status-filter",
     "error-rate",
     "jsonl-file-sink",
+    "fraud-alerts",
     "wit-major-1-parser",
     "hostile",
     "versioned-count",

@@ -15,14 +15,19 @@ mod sessions;
 pub(crate) use emit::Policy;
 
 use crate::operator::{Opened, Operator, OperatorError};
-use crate::pipeline::Windowed;
+use crate::pipeline::{EventTime, Windowed};
 use crate::plugin::AggregateFns;
 use crate::state::StateStore;
 use crate::window::WindowSpec;
 
 /// The operator for a windowed aggregation, over `agg` (the Wasm aggregator, or a native one).
-pub(crate) fn operator(w: &Windowed, agg: Box<dyn AggregateFns>, policy: Policy) -> Box<dyn Operator> {
-    let lateness = w.time.allowed_lateness_ms;
+pub(crate) fn operator(
+    w: &Windowed,
+    time: &EventTime,
+    agg: Box<dyn AggregateFns>,
+    policy: Policy,
+) -> Box<dyn Operator> {
+    let lateness = time.allowed_lateness_ms;
     match w.window {
         WindowSpec::Panes { size, slide, offset } => {
             let panes = crate::window::Panes { size, slide, offset };

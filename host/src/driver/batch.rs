@@ -154,6 +154,7 @@ impl Run {
         parsed: Parsed,
         plan: &Planned,
     ) -> Result<BatchProgress, RunError> {
+        self.operator.set_processing_time(plan.planned_at_ms);
         let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
         // Only rows need the plans and states before them on disk (checkpoint/mod.rs): a batch
         // that delivers none leaves its syncs running, for the next batch that does to wait for.

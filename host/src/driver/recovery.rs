@@ -48,7 +48,7 @@ pub(super) fn start(
     stages: Stages,
     opts: &RunOptions,
 ) -> Result<(Run, Ingest, Recovered), RunError> {
-    let time = pipeline.windowed.as_ref().map(|w| &w.time);
+    let time = pipeline.stateful.as_ref().map(|s| &s.time);
     let HostFiles { dead: dead_path, late: late_path } = host_files(pipeline, opts);
     let cache = stages.runtime.as_ref().and_then(|r| r.cache_dir().map(Path::to_path_buf));
     keep_grants_clear(pipeline, &opts.checkpoint, &dead_path, late_path.as_deref(), cache.as_deref())?;
@@ -125,7 +125,7 @@ struct HostFiles {
 
 fn host_files(pipeline: &Pipeline, opts: &RunOptions) -> HostFiles {
     let dead = opts.dead_letters.clone().or_else(|| pipeline.dead_letter.clone());
-    let late = match pipeline.windowed.as_ref().map(|w| &w.time) {
+    let late = match pipeline.stateful.as_ref().map(|s| &s.time) {
         Some(t) if t.late == LatePolicy::SideOutput => {
             Some(t.late_path.clone().unwrap_or_else(|| opts.checkpoint.join("late.jsonl")))
         }

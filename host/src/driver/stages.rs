@@ -12,8 +12,9 @@ use crate::aggregate::Policy;
 use crate::operator::Operator;
 use crate::operator::dedup::Deduplicate;
 use crate::operator::passthrough::PassThrough;
-use crate::pipeline::{Pipeline, SinkConfig, Trigger};
-use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Runtime, Sink, TransformFns, Transformer};
+use crate::operator::processor::KeyedProcess;
+use crate::pipeline::{Keyed, Pipeline, SinkConfig, Stateful, Trigger};
+use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
 use crate::sink::{KafkaSink, LineSink, RowSink, SinkError, WasmSink};
 
 /// Where a run's rows go.
@@ -54,11 +55,21 @@ impl Stages {
             .iter()
             .map(|t| Ok(Box::new(Transformer::new(runtime, t.clone())?) as Box<dyn TransformFns>))
             .collect::<Result<_, PluginError>>()?;
-        let operator: Box<dyn Operator> = match &p.windowed {
-            Some(w) => {
-                let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
-                chain(w, crate::aggregate::operator(w, agg, Policy { failure: p.failure, stop: stop.clone() }))
-            }
+        let policy = Policy { failure: p.failure, stop: stop.clone() };
+        let operator: Box<dyn Operator> = match &p.stateful {
+            Some(s) => chain(
+                s,
+                match &s.keyed {
+                    Keyed::Window(w) => {
+                        let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
+                        crate::aggregate::operator(w, &s.time, agg, policy)
+                    }
+                    Keyed::Process(spec) => {
+                        let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
+                        Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
+                    }
+                },
+            ),
             None => Box::new(PassThrough),
         };
         let sink = sink(p, output, Some(runtime), stop)?;
@@ -66,11 +77,11 @@ impl Stages {
     }
 }
 
-/// The windowed operator with what the pipeline puts in front of it (`[dedup]`).
-pub(crate) fn chain(w: &crate::pipeline::Windowed, window: Box<dyn Operator>) -> Box<dyn Operator> {
-    match &w.dedup {
-        Some(d) => Box::new(Deduplicate::new(d.clone(), window)),
-        None => window,
+/// The stateful operator with what the pipeline puts in front of it (`[dedup]`).
+pub(crate) fn chain(s: &Stateful, keyed: Box<dyn Operator>) -> Box<dyn Operator> {
+    match &s.dedup {
+        Some(d) => Box::new(Deduplicate::new(d.clone(), keyed)),
+        None => keyed,
     }
 }
 

@@ -33,19 +33,8 @@ impl Deduplicate {
         Self { spec, next }
     }
 
-    /// An event's dedup key: the JSON text of its row's field (as serde_json writes it, so
-    /// `1` and `1.0` differ, `"a"` and `"\u0061"` do not), or the event's own key.
     fn key(&self, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
-        let Some(field) = &self.spec.field else {
-            return Ok(columns::item(&events.keys, &events.key_ends, i).to_vec());
-        };
-        let row = columns::item(&events.rows, &events.row_ends, i);
-        let value: serde_json::Value =
-            serde_json::from_slice(row).map_err(|e| format!("dedup.key: the row is not JSON ({e})"))?;
-        match value.get(field) {
-            Some(v) => serde_json::to_vec(v).map_err(|e| format!("dedup.key: {e}")),
-            None => Err(format!("dedup.key: the row has no field {field:?} to deduplicate on")),
-        }
+        super::event_key(self.spec.field.as_deref(), "dedup.key", events, i)
     }
 }
 
@@ -158,6 +147,10 @@ impl Operator for Deduplicate {
             }
         }
         self.next.advance(from, to, state, out)
+    }
+
+    fn set_processing_time(&mut self, planned_at_ms: i64) {
+        self.next.set_processing_time(planned_at_ms)
     }
 
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {

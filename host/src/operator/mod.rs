@@ -1,9 +1,10 @@
 //! Operators: what a batch's events become between the transforms and the sink. A stateless
 //! pipeline passes its rows through (`passthrough.rs`); a windowed aggregation keeps state and
-//! emits rows as the watermark moves (`aggregate/`); deduplication (`dedup.rs`) drops repeats
-//! in front of another operator, which is how operators chain: one holds the next. Each is one implementation of [`Operator`],
-//! which carries the operator's whole lifecycle; the driver knows nothing else about it, so a new
-//! operator is a new file behind this trait.
+//! emits rows as the watermark moves (`aggregate/`); a keyed processor (`processor/`) keeps a
+//! plugin's state per key with timers; deduplication (`dedup.rs`) drops repeats in front of
+//! another operator, which is how operators chain: one holds the next. Each is one
+//! implementation of [`Operator`], which carries the operator's whole lifecycle; the driver
+//! knows nothing else about it, so a new operator is a new file behind this trait.
 //!
 //! Lifecycle of a run: [`Operator::open`] once, over the state the last committed batch left
 //! (rebuild what is kept in memory, convert state another plugin build wrote); then per batch
@@ -20,6 +21,7 @@
 
 pub(crate) mod dedup;
 pub(crate) mod passthrough;
+pub(crate) mod processor;
 
 use crate::plugin::{EventBatch, PluginError};
 use crate::sink::Rows;
@@ -57,6 +59,12 @@ pub(crate) enum Scope {
     DedupKept = b'd',
     /// Kept events by time, to expire them.
     DedupExpiry = b'x',
+    /// A keyed processor's state and its header, by key (`processor/layout.rs`).
+    ProcessKeys = b'k',
+    /// Its timers, by domain, time and key.
+    ProcessTimers = b't',
+    /// When its keys' TTL runs out, by time and key.
+    ProcessExpiry = b'l',
 }
 
 impl Scope {
@@ -65,6 +73,22 @@ impl Scope {
         let mut k = Vec::with_capacity(1 + rest);
         k.push(self as u8);
         k
+    }
+}
+
+/// An event's key for a keyed operator: the JSON text of its row's top-level `field` (as
+/// serde_json writes it, so `1` and `1.0` differ, `"a"` and `"\u0061"` do not), or the event's
+/// own key without one. `what` names the pipeline key in the error.
+pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
+    let Some(field) = field else {
+        return Ok(crate::columns::item(&events.keys, &events.key_ends, i).to_vec());
+    };
+    let row = crate::columns::item(&events.rows, &events.row_ends, i);
+    let value: serde_json::Value =
+        serde_json::from_slice(row).map_err(|e| format!("{what}: the row is not JSON ({e})"))?;
+    match value.get(field) {
+        Some(v) => serde_json::to_vec(v).map_err(|e| format!("{what}: {e}")),
+        None => Err(format!("{what}: the row has no field {field:?} to key by")),
     }
 }
 
@@ -142,6 +166,11 @@ pub(crate) trait Operator: Send {
     /// nothing). A flush at the end of input advances to it, and not to +∞, so the next run on
     /// the checkpoint judges lateness as if the stream had gone on.
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError>;
+
+    /// The processing time of the batch about to run, as its plan recorded it (so a re-run
+    /// batch sees the same): called before each batch's `process`. Only operators with
+    /// processing-time timers or TTL need it.
+    fn set_processing_time(&mut self, _planned_at_ms: i64) {}
 
     /// The stage name that dead letters of events this operator failed on carry.
     fn stage(&self) -> &str;

@@ -39,6 +39,7 @@ pub(super) struct PipelineFile {
     pub(super) dedup: Option<DedupFile>,
     pub(super) window: Option<WindowFile>,
     pub(super) aggregate: Option<StageFile>,
+    pub(super) process: Option<ProcessFile>,
     #[serde(default)]
     pub(super) output: OutputFile,
     pub(super) sink: Option<SinkFile>,
@@ -206,6 +207,25 @@ pub(super) struct DedupFile {
     /// How long after a key's first event a repeat still counts as a duplicate, in event time
     /// (default: the watermark's delay).
     pub(super) within: Option<Dur>,
+}
+
+/// `[process]`: a keyed processor plugin, in place of `[window]` and `[aggregate]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ProcessFile {
+    pub(super) plugin: PathBuf,
+    #[serde(default)]
+    pub(super) config: toml::Table,
+    #[serde(default)]
+    pub(super) grants: GrantsFile,
+    #[serde(default)]
+    pub(super) limits: LimitsFile,
+    /// A top-level field of the row to key by (default: the event's key, which the parser set).
+    pub(super) key: Option<String>,
+    /// Expire a key's state when it has had no events for this long.
+    pub(super) ttl: Option<Dur>,
+    /// Which clock `ttl` is measured on; default processing time.
+    pub(super) ttl_clock: Option<super::TtlClock>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -30,10 +30,10 @@ fn a_good_file_resolves_paths_against_its_directory() {
     let p = Pipeline::parse(GOOD, Path::new("dir/p.toml")).unwrap();
     assert!(matches!(&p.source.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/events.jsonl")));
     assert_eq!(p.parse.component, Path::new("dir/p.wasm"));
-    let w = p.windowed.unwrap();
-    assert_eq!(w.time.delay_ms, 600_000);
-    assert_eq!(w.aggregate.config_json, r#"{"error_status":"ERROR"}"#);
-    assert_eq!(w.aggregate.name, "orders/aggregate (a.wasm)");
+    let s = p.stateful.unwrap();
+    assert_eq!(s.time.delay_ms, 600_000);
+    assert_eq!(s.keyed.plugin().config_json, r#"{"error_status":"ERROR"}"#);
+    assert_eq!(s.keyed.plugin().name, "orders/aggregate (a.wasm)");
 }
 
 #[test]
@@ -61,7 +61,7 @@ fn a_sliding_window_needs_a_slide_that_divides_its_size() {
 #[test]
 fn a_window_without_a_watermark_is_refused() {
     let text = GOOD.replace("[watermark]\n    delay = \"10 minutes\"", "");
-    assert!(err(&text).contains("watermark: a windowed pipeline needs [watermark]"));
+    assert!(err(&text).contains("watermark: a stateful pipeline needs [watermark]"));
 }
 
 #[test]
@@ -123,7 +123,7 @@ fn validation_reads_no_environment_and_resolves_no_names() {
 
 #[test]
 fn flush_at_end_is_the_run_s_choice_unless_the_file_makes_it() {
-    let w = |text: &str| Pipeline::parse(text, Path::new("p.toml")).unwrap().windowed.unwrap().time.flush_at_end;
+    let w = |text: &str| Pipeline::parse(text, Path::new("p.toml")).unwrap().stateful.unwrap().time.flush_at_end;
     assert_eq!(w(GOOD), None);
     assert_eq!(w(&GOOD.replace("delay = \"10 minutes\"", "delay = \"10 minutes\"\nflush_at_end = false")), Some(false));
 }
@@ -212,7 +212,7 @@ mod any_input {
                 Ok(p) => {
                     // What was accepted can be used: windows for any event time, deadlines
                     // and backoffs that do not overflow.
-                    if let Some(w) = &p.windowed
+                    if let Some(Stateful { keyed: Keyed::Window(w), .. }) = &p.stateful
                         && let crate::window::WindowSpec::Panes { size, slide, offset } = w.window
                     {
                         let panes = crate::window::Panes { size, slide, offset };
@@ -244,10 +244,10 @@ mod any_input {
 fn dedup_takes_a_field_and_a_span_and_defaults_to_the_watermark_delay() {
     let with = |dedup: &str| GOOD.replace("[window]", &format!("[dedup]\n{dedup}\n[window]"));
     let p = Pipeline::parse(&with("key = \"order_id\""), Path::new("p.toml")).unwrap();
-    let d = p.windowed.unwrap().dedup.unwrap();
+    let d = p.stateful.unwrap().dedup.unwrap();
     assert_eq!(d, Dedup { field: Some("order_id".into()), within_ms: 600_000 });
     let p = Pipeline::parse(&with("within = \"30 seconds\""), Path::new("p.toml")).unwrap();
-    assert_eq!(p.windowed.unwrap().dedup.unwrap(), Dedup { field: None, within_ms: 30_000 });
+    assert_eq!(p.stateful.unwrap().dedup.unwrap(), Dedup { field: None, within_ms: 30_000 });
     assert!(err(&with("key = \"\"")).contains("dedup.key: a top-level field name"));
     assert!(err(&with("within = \"0 seconds\"")).contains("dedup.within"));
     assert!(err(&with("keys = [\"a\"]")).contains("keys"));
@@ -256,4 +256,48 @@ fn dedup_takes_a_field_and_a_span_and_defaults_to_the_watermark_delay() {
         .replace("[window]\n    type = \"tumbling\"\n    size = \"1 minute\"", "")
         .replace("[aggregate]\n    plugin = \"a.wasm\"\n    config = { error_status = \"ERROR\" }", "");
     assert!(err(&stateless).contains("dedup: deduplication runs before a window"), "{}", err(&stateless));
+}
+
+/// `GOOD` with a processor in place of the window.
+fn with_process(process: &str) -> String {
+    GOOD.replace("[window]\n    type = \"tumbling\"\n    size = \"1 minute\"", "")
+        .replace("[aggregate]\n    plugin = \"a.wasm\"\n    config = { error_status = \"ERROR\" }", process)
+}
+
+#[test]
+fn a_processor_takes_a_key_field_and_a_ttl_on_either_clock() {
+    let p =
+        Pipeline::parse(&with_process("[process]\nplugin = \"f.wasm\"\nlimits.max_timers = 7"), Path::new("p.toml"))
+            .unwrap();
+    let Some(Stateful { keyed: Keyed::Process(proc), .. }) = p.stateful else { panic!("not a processor") };
+    assert_eq!((proc.key, proc.ttl, proc.plugin.limits.max_timers), (None, None, 7));
+    assert_eq!(proc.plugin.name, "orders/process (f.wasm)");
+    let text = with_process(
+        "[process]\nplugin = \"f.wasm\"\nkey = \"user_id\"\nttl = \"30 minutes\"\nttl_clock = \"event-time\"",
+    );
+    let Some(Stateful { keyed: Keyed::Process(proc), .. }) =
+        Pipeline::parse(&text, Path::new("p.toml")).unwrap().stateful
+    else {
+        panic!("not a processor")
+    };
+    assert_eq!(proc.key.as_deref(), Some("user_id"));
+    assert_eq!(proc.ttl, Some(Ttl { ms: 1_800_000, clock: TtlClock::EventTime }));
+}
+
+#[test]
+fn a_bad_processor_table_names_the_key_and_the_fix() {
+    let e = err(&with_process("[process]\nplugin = \"f.wasm\"\nttl_clock = \"event-time\""));
+    assert!(e.contains("process.ttl_clock: only with process.ttl"), "{e}");
+    let e = err(&with_process("[process]\nplugin = \"f.wasm\"\nttl = \"0s\""));
+    assert!(e.contains("process.ttl"), "{e}");
+    let e = err(&with_process("[process]\nplugin = \"f.wasm\"\nkey = \"\""));
+    assert!(e.contains("process.key: a top-level field name"), "{e}");
+    let e = err(&with_process("[process]\nplugin = \"f.wasm\"\nlimits.max_state_kb = 0"));
+    assert!(e.contains("process.limits.max_state_kb: 0: allowed 1 to"), "{e}");
+    let e = err(&format!("{}\n[output]\nmode = \"update\"", with_process("[process]\nplugin = \"f.wasm\"")));
+    assert!(e.contains("output.mode: a processor's rows"), "{e}");
+    let both = GOOD.replace("[aggregate]", "[process]\nplugin = \"f.wasm\"\n[aggregate]");
+    assert!(err(&both).contains("process: a pipeline either aggregates in windows"), "{}", err(&both));
+    let e = err(&with_process("[process]\nplugin = \"f.wasm\"").replace("[watermark]\n    delay = \"10 minutes\"", ""));
+    assert!(e.contains("watermark: a stateful pipeline needs [watermark]"), "{e}");
 }

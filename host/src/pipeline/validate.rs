@@ -177,21 +177,41 @@ fn build(
         .map(|(i, t)| stage(&format!("transform[{i}]"), t))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let windowed = match (f.window, f.aggregate, f.watermark) {
-        (None, None, _) if f.dedup.is_some() => {
+    let stateful = match (f.window, f.aggregate, f.process, f.watermark) {
+        (None, None, None, _) if f.dedup.is_some() => {
             return Err(invalid(
                 "dedup",
-                "deduplication runs before a window today: add [window], [aggregate] and [watermark]".into(),
+                "deduplication runs before a window or a processor today: add [window] and [aggregate], or \
+                 [process], and [watermark]"
+                    .into(),
             ));
         }
-        (None, None, None) => {
+        (None, None, None, None) => {
             if f.output.mode != OutputMode::Append {
                 return Err(invalid("output.mode", "only `append` applies to a pipeline without [window]".into()));
             }
             None
         }
-        (Some(w), Some(a), Some(wm)) => {
-            let window = window_spec(w, invalid)?;
+        (Some(_), _, Some(_), _) | (_, Some(_), Some(_), _) => {
+            return Err(invalid(
+                "process",
+                "a pipeline either aggregates in windows ([window], [aggregate]) or runs a processor \
+                 ([process]); remove one"
+                    .into(),
+            ));
+        }
+        (None, None, None, Some(_)) => {
+            return Err(invalid("watermark", "only meaningful with [window] and [aggregate], or [process]".into()));
+        }
+        (None, Some(_), None, _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
+        (Some(_), None, None, _) => return Err(invalid("aggregate", "[window] needs an [aggregate] table".into())),
+        (_, _, _, None) => {
+            return Err(invalid(
+                "watermark",
+                "a stateful pipeline needs [watermark] with a delay, e.g. delay = \"10 minutes\"".into(),
+            ));
+        }
+        (w, a, p, Some(wm)) => {
             let late_path = match (wm.late, wm.late_path) {
                 (LatePolicy::Drop, Some(_)) => {
                     return Err(invalid("watermark.late_path", "only with late = \"side-output\"".into()));
@@ -215,42 +235,59 @@ fn build(
             let dedup = match f.dedup {
                 None => None,
                 Some(d) => Some(Dedup {
-                    field: match d.key {
-                        Some(k) if k.is_empty() || k.len() > MAX_DEDUP_FIELD => {
-                            return Err(invalid(
-                                "dedup.key",
-                                format!(
-                                    "a top-level field name of 1 to {MAX_DEDUP_FIELD} bytes, or leave it out to use the event's key"
-                                ),
-                            ));
-                        }
-                        k => k,
-                    },
+                    field: key_field("dedup.key", d.key, invalid)?,
                     within_ms: match d.within {
                         Some(w) => millis(span("dedup.within", w.0, MIN_WINDOW, MAX_TIME_SPAN, invalid)?),
                         None => time.delay_ms,
                     },
                 }),
             };
-            Some(Windowed { dedup, window, aggregate: stage("aggregate", a)?, time, output: f.output.mode })
-        }
-        (None, Some(_), _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
-        (Some(_), None, _) => return Err(invalid("aggregate", "[window] needs an [aggregate] table".into())),
-        (Some(_), Some(_), None) => {
-            return Err(invalid(
-                "watermark",
-                "a windowed pipeline needs [watermark] with a delay, e.g. delay = \"10 minutes\"".into(),
-            ));
-        }
-        (None, None, Some(_)) => {
-            return Err(invalid("watermark", "only meaningful with [window] and [aggregate]".into()));
+            let keyed = match (w, a, p) {
+                (Some(w), Some(a), None) => Keyed::Window(Windowed {
+                    window: window_spec(w, invalid)?,
+                    aggregate: stage("aggregate", a)?,
+                    output: f.output.mode,
+                }),
+                (None, None, Some(p)) => {
+                    if f.output.mode != OutputMode::Append {
+                        return Err(invalid(
+                            "output.mode",
+                            "a processor's rows leave as it emits them: only `append` applies with [process]".into(),
+                        ));
+                    }
+                    let ttl = match (p.ttl, p.ttl_clock) {
+                        (None, Some(_)) => {
+                            return Err(invalid("process.ttl_clock", "only with process.ttl; remove it".into()));
+                        }
+                        (None, None) => None,
+                        (Some(d), clock) => Some(Ttl {
+                            ms: millis(span("process.ttl", d.0, MIN_WINDOW, MAX_TIME_SPAN, invalid)?),
+                            clock: clock.unwrap_or_default(),
+                        }),
+                    };
+                    let key = key_field("process.key", p.key, invalid)?;
+                    let plugin = stage(
+                        "process",
+                        StageFile {
+                            plugin: p.plugin,
+                            parallelism: None,
+                            config: p.config,
+                            grants: p.grants,
+                            limits: p.limits,
+                        },
+                    )?;
+                    Keyed::Process(Process { plugin, key, ttl })
+                }
+                _ => return Err(invalid("window", "[window] and [aggregate] go together".into())),
+            };
+            Some(Stateful { dedup, time, keyed })
         }
     };
 
-    if matches!(trigger, Trigger::Continuous { .. }) && windowed.is_some() {
+    if matches!(trigger, Trigger::Continuous { .. }) && stateful.is_some() {
         return Err(invalid(
             "trigger.mode",
-            "\"continuous\" runs stateless pipelines (parse, transform, sink); a windowed pipeline needs \
+            "\"continuous\" runs stateless pipelines (parse, transform, sink); a stateful pipeline needs \
              \"processing-time\", \"once\" or \"available-now\""
                 .into(),
         ));
@@ -267,7 +304,7 @@ fn build(
         parse,
         parse_parallelism,
         transforms,
-        windowed,
+        stateful,
         sink,
         checkpoint: f.checkpoint.map(|c| rel(&c.location)),
         dead_letter: f.dead_letter.map(|d| rel(&d.path)),
@@ -402,6 +439,21 @@ fn span(
 }
 
 /// Milliseconds of a duration already checked against [`MAX_TIME_SPAN`].
+/// A `key` naming a top-level row field (`dedup.key`, `process.key`); `None`: the event's key.
+fn key_field(
+    key: &str,
+    field: Option<String>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Option<String>, PipelineError> {
+    match field {
+        Some(k) if k.is_empty() || k.len() > MAX_KEY_FIELD => Err(invalid(
+            key,
+            format!("a top-level field name of 1 to {MAX_KEY_FIELD} bytes, or leave it out to use the event's key"),
+        )),
+        k => Ok(k),
+    }
+}
+
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -8,7 +8,9 @@
 //! - output: what the call hands back, checked by the role handles (`roles.rs`) and bounded while
 //!   wasmtime copies it out (its hostcall fuel, set per call to twice `limits.max_output_mb`:
 //!   `COPY_BUDGET_FACTOR` in `sandbox.rs`, since wasmtime charges each item at its host-side size);
-//! - disk: the filesystem wrapper (`disk.rs`).
+//! - disk: the filesystem wrapper (`disk.rs`);
+//! - a processor's state and timers per key: its handle (`processor.rs`) and the keyed-state
+//!   operator, which counts a key's timers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +39,10 @@ pub(crate) enum LimitExceeded {
     Copy(usize),
     #[error("{dir}: disk limit of {} MiB reached (limits.max_disk_mb)", .max >> 20)]
     Disk { dir: String, max: u64 },
+    #[error("a key's state of {bytes} bytes exceeds limits.max_state_kb ({} KiB)", .max >> 10)]
+    State { bytes: usize, max: usize },
+    #[error("a key would have more than {max} timers set (limits.max_timers)")]
+    Timers { max: usize },
 }
 
 /// Caps linear memory and tables; every refusal traps with the limit it hit.

@@ -21,6 +21,7 @@ mod grants;
 mod host;
 mod limiter;
 pub(crate) mod metrics;
+mod processor;
 mod roles;
 mod sandbox;
 mod spec;
@@ -40,6 +41,7 @@ pub(crate) use bindings::weir::plugin::types::{
 pub(crate) use error::{PluginError, WitError};
 pub(crate) use grants::{DirGrant, Grants, Own};
 pub(crate) use limiter::LimitExceeded;
+pub(crate) use processor::{Clock, KeyResult, Keyed, ProcessFns, Processor, TimeDomain, Timer};
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
 pub(crate) use spec::{LimitsFile, StageSpec};
 
@@ -48,6 +50,8 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "../wit",
         world: "plugin",
+        // Timers are compared and ordered (the keyed processor sorts and dedupes them).
+        additional_derives: [PartialEq, Eq, PartialOrd, Ord],
     });
 }
 

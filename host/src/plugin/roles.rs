@@ -1,4 +1,4 @@
-//! Typed handles for the four plugin roles. Each wraps a [`Sandbox`] bound to the role's WIT
+//! Typed handles for the plugin roles (the processor's is `processor.rs`). Each wraps a [`Sandbox`] bound to the role's WIT
 //! export and checks what the plugin returns against what the contract promises, so the rest of
 //! the host can trust the shapes it gets back.
 
@@ -6,7 +6,7 @@ use wasmtime::Store;
 use wasmtime::component::{Instance, InstancePre};
 
 use super::Runtime;
-use super::bindings::exports::weir::plugin::{aggregator, parser, sink, transformer};
+use super::bindings::exports::weir::plugin::{aggregator, parser, processor, sink, transformer};
 use super::bindings::weir::plugin::types::{BatchOutput, EventBatch, RawBatch};
 use super::bindings::weir::plugin::types::{RecordError, RecordErrorKind};
 use super::error::{PluginError, WitError};
@@ -51,9 +51,12 @@ role!(TransformerRole, transformer, "transformer", |g, s| g
     .call_transform(s, &EventBatch::default())
     .map(|r| r.map(drop)));
 role!(AggregatorRole, aggregator, "aggregator", |g, s| g.call_finish(s, &[]).map(|r| r.map(drop)));
+role!(ProcessorRole, processor, "processor", |g, s| g
+    .call_on_timers(s, processor::Clock { watermark: 0, processing_time: 0 }, &[], &[], &[])
+    .map(|r| r.map(drop)));
 role!(SinkRole, sink, "sink", |g, s| g.call_open(s));
 
-fn contract(stage: &str, message: String) -> PluginError {
+pub(super) fn contract(stage: &str, message: String) -> PluginError {
     PluginError::Contract { stage: stage.to_string(), message }
 }
 
@@ -83,7 +86,7 @@ fn check_output(stage: &str, out: &BatchOutput, inputs: usize) -> Result<(), Plu
     Ok(())
 }
 
-fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), PluginError> {
+pub(super) fn check_count(stage: &str, what: &str, got: usize, want: usize) -> Result<(), PluginError> {
     if got != want {
         return Err(contract(stage, format!("{what} returned {got} results for {want} groups")));
     }
@@ -107,7 +110,7 @@ fn count<R: Role>(sandbox: &Sandbox<R>, records_in: usize, out: &BatchOutput) {
 }
 
 /// Refuses a call's output over `limits.max_output`.
-fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Result<(), PluginError> {
+pub(super) fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: usize) -> Result<(), PluginError> {
     let max = sandbox.limits().max_output;
     if bytes > max {
         return Err(PluginError::Limit {

@@ -64,6 +64,16 @@ pub(crate) const MAX_FUEL: u64 = u64::MAX >> 1;
 pub(crate) const DEFAULT_MAX_DISK_MB: u64 = 1_024;
 pub(crate) const MAX_MAX_DISK_MB: u64 = 1 << 20;
 
+/// `limits.max_state_kb`: bytes of state a processor may keep per key. A key's state crosses
+/// into the sandbox on every call for that key, so one huge state would make every batch slow.
+pub(crate) const DEFAULT_MAX_STATE_KB: u64 = 1_024;
+pub(crate) const MAX_MAX_STATE_KB: u64 = 64 << 10;
+
+/// `limits.max_timers`: timers a processor may have set per key at once. Timers live in the
+/// state store; without a cap one key could fill the disk with them.
+pub(crate) const DEFAULT_MAX_TIMERS: usize = 1_000;
+pub(crate) const MAX_MAX_TIMERS: u64 = 1_000_000;
+
 /// Bytes of `host.log` messages one call may write; past it, messages are dropped and counted.
 pub(crate) const LOG_BYTES_PER_CALL: usize = 16 << 10;
 /// Bytes of `host.log` messages a stage may write per minute; past it, messages are dropped and
@@ -98,6 +108,10 @@ pub(crate) struct Limits {
     pub fuel: Option<u64>,
     /// Bytes, per writable directory.
     pub max_disk: u64,
+    /// Bytes of a processor's state per key.
+    pub max_state: usize,
+    /// A processor's timers per key.
+    pub max_timers: usize,
 }
 
 impl Default for Limits {
@@ -109,6 +123,8 @@ impl Default for Limits {
             recycle_after_calls: DEFAULT_RECYCLE_AFTER_CALLS,
             fuel: None,
             max_disk: DEFAULT_MAX_DISK_MB << 20,
+            max_state: (DEFAULT_MAX_STATE_KB << 10) as usize,
+            max_timers: DEFAULT_MAX_TIMERS,
         }
     }
 }
@@ -127,6 +143,8 @@ pub(crate) struct LimitsFile {
     recycle_after_calls: Option<u64>,
     fuel: Option<u64>,
     max_disk_mb: Option<u64>,
+    max_state_kb: Option<u64>,
+    max_timers: Option<u64>,
 }
 
 /// A limit out of its range: the key under `limits` and what is allowed.
@@ -179,7 +197,15 @@ impl LimitsFile {
             None => d.max_disk,
             Some(v) => in_range("max_disk_mb", v, 1, MAX_MAX_DISK_MB)? << 20,
         };
-        Ok(Limits { call_timeout, max_memory, max_output, recycle_after_calls, fuel, max_disk })
+        let max_state = match self.max_state_kb {
+            None => d.max_state,
+            Some(v) => (in_range("max_state_kb", v, 1, MAX_MAX_STATE_KB)? << 10) as usize,
+        };
+        let max_timers = match self.max_timers {
+            None => d.max_timers,
+            Some(v) => in_range("max_timers", v, 1, MAX_MAX_TIMERS)? as usize,
+        };
+        Ok(Limits { call_timeout, max_memory, max_output, recycle_after_calls, fuel, max_disk, max_state, max_timers })
     }
 }
 
@@ -204,5 +230,9 @@ mod tests {
         assert_eq!(limits("max_memory_mb = 0").unwrap_err().key, "max_memory_mb");
         assert_eq!(limits("max_disk_mb = 5").unwrap().max_disk, 5 << 20);
         assert_eq!(limits("fuel = 0").unwrap_err().key, "fuel");
+        assert_eq!(limits("max_state_kb = 2").unwrap().max_state, 2 << 10);
+        assert_eq!(limits("max_state_kb = 0").unwrap_err().key, "max_state_kb");
+        assert_eq!(limits("max_timers = 5").unwrap().max_timers, 5);
+        assert_eq!(limits("max_timers = 2000000").unwrap_err().key, "max_timers");
     }
 }

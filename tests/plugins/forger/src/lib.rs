@@ -18,7 +18,7 @@
 
 wit_bindgen::generate!({ path: "../../../wit", world: "plugin" });
 
-use exports::weir::plugin::{aggregator, parser, sink, transformer};
+use exports::weir::plugin::{aggregator, parser, processor, sink, transformer};
 use weir::plugin::host::{self, LogLevel};
 use weir::plugin::types::{BatchOutput, EventBatch, PluginError, RawBatch, RecordError, RecordErrorKind};
 
@@ -171,6 +171,32 @@ impl aggregator::Guest for Forger {
 impl transformer::Guest for Forger {
     fn transform(_: EventBatch) -> Result<BatchOutput, PluginError> {
         Err(PluginError::Unsupported("the forger does not transform".into()))
+    }
+}
+
+impl processor::Guest for Forger {
+    fn process(
+        _: processor::Clock,
+        _: Vec<processor::Keyed>,
+        _: EventBatch,
+        _: Vec<u32>,
+        _: Vec<u32>,
+    ) -> Result<Vec<processor::KeyResult>, PluginError> {
+        Err(PluginError::Unsupported("the forger is no processor".into()))
+    }
+    fn on_timers(
+        _: processor::Clock,
+        _: Vec<processor::Keyed>,
+        _: Vec<processor::Timer>,
+        _: Vec<u32>,
+    ) -> Result<Vec<processor::KeyResult>, PluginError> {
+        Err(PluginError::Unsupported("the forger is no processor".into()))
+    }
+    fn state_version() -> u32 {
+        1
+    }
+    fn migrate(_: u32, _: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, PluginError> {
+        Err(PluginError::Unsupported("the forger is no processor".into()))
     }
 }
 

@@ -23,6 +23,11 @@
 //! `{"aggregate": "loop" | "panic", "order_ts": ...}` (the parser passes those through). It
 //! claims the same state version as `plugins/error-rate` but cannot read its accumulators:
 //! state that does not decode.
+//!
+//! And it is a keyed processor that counts each key's events and emits the running count
+//! (`{"key": .., "n": ..}`) per event, attacking on the events that ask it to with
+//! `{"process": ...}`: `timers` sets a million timers, `state` makes its state 2 MiB, `panic`
+//! panics (after the key's events before it in the call were counted).
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -31,7 +36,10 @@ static LEAKED: Mutex<Vec<Vec<u8>>> = Mutex::new(Vec::new());
 
 use serde::Deserialize;
 use serde::Serialize;
-use weir_guest::{Aggregator, Config, Emitter, Event, Parser, PluginError, Record, RecordError, export_plugin};
+use weir_guest::{
+    Aggregator, Config, Context, Emitter, Event, Parser, PluginError, Processor, Record, RecordError, Timer,
+    export_plugin,
+};
 
 struct Hostile;
 
@@ -177,4 +185,45 @@ impl Aggregator for Hostile {
     }
 }
 
-export_plugin!(parser: Hostile, aggregator: Hostile);
+/// A key's count, and padding an attack grows.
+#[derive(Default, Serialize, Deserialize)]
+struct Count {
+    n: u64,
+    pad: String,
+}
+
+impl Processor for Hostile {
+    type State = Count;
+
+    fn new(_: &Config) -> Result<Self, PluginError> {
+        Ok(Hostile)
+    }
+
+    fn process(
+        &self,
+        key: &[u8],
+        state: &mut Option<Count>,
+        events: &[Event<'_>],
+        ctx: &mut Context,
+    ) -> Result<(), PluginError> {
+        let count = state.get_or_insert_with(Count::default);
+        for e in events {
+            match e.field_str("process").ok().flatten().as_deref() {
+                Some("timers") => {
+                    for t in 0..1_000_000 {
+                        ctx.set_timer(Timer::event_time(e.time + t));
+                    }
+                }
+                Some("state") => count.pad = "x".repeat(2 << 20),
+                Some("panic") => panic!("hostile event asked for a panic"),
+                _ => {}
+            }
+            count.n += 1;
+            let key = String::from_utf8_lossy(key);
+            ctx.emit(e.time, &serde_json::json!({ "key": key, "n": count.n }))?;
+        }
+        Ok(())
+    }
+}
+
+export_plugin!(parser: Hostile, aggregator: Hostile, processor: Hostile);

@@ -1,0 +1,445 @@
+//! The keyed processor (`[process]`): a plugin's state per key, with timers and TTL, owned by
+//! the host. Flink's `KeyedProcessFunction` and Spark's `transformWithState` are the models.
+//!
+//! Per batch, `process` groups the events that are not late by key (the parser's key, or
+//! `process.key`), each key's events in event-time order, and hands the plugin every key's
+//! state and events in as few calls as the output cap allows. Each key's result (new state,
+//! rows, timers set and cancelled) is applied as a whole: a call that fails leaves nothing, and
+//! the driver's failure policy rolls back and isolates the events that cause it.
+//!
+//! At the end of the batch, `advance` fires the timers that are due (event-time timers the new
+//! watermark reached, processing-time timers at or before the batch's planning time, which the
+//! plan recorded), in one `on-timers` call per chunk of keys, then expires the keys whose TTL ran
+//! out. A timer fires once: its entry goes in the same commit as the rows it made. A timer set
+//! for a time that has already come fires in the next batch.
+//!
+//! An event is late when it is behind the watermark in force (less `allowed_lateness`): the
+//! event-time timers it could have moved may have fired.
+
+mod layout;
+
+use std::collections::BTreeMap;
+
+use layout::Entry;
+
+use super::{Advanced, FailedWindow, Opened, Operator, OperatorError, Processed};
+use crate::aggregate::Policy;
+use crate::columns;
+use crate::isolate::{StageOutput, isolate};
+use crate::pipeline::{Process, TtlClock};
+use crate::plugin::{Clock, EventBatch, KeyResult, Keyed, LimitExceeded, PluginError, ProcessFns, TimeDomain, Timer};
+use crate::sink::Rows;
+use crate::state::StateStore;
+
+/// Keys per `process` or `on-timers` call at most.
+const KEYS_PER_CALL: usize = 10_000;
+
+/// States per `migrate` call.
+const MIGRATE_CHUNK: usize = 1_000;
+
+pub(crate) struct KeyedProcess {
+    spec: Process,
+    lateness: i64,
+    plugin: Box<dyn ProcessFns>,
+    policy: Policy,
+    /// The running batch's planning time.
+    processing_time: i64,
+}
+
+impl KeyedProcess {
+    pub(crate) fn new(spec: Process, lateness: i64, plugin: Box<dyn ProcessFns>, policy: Policy) -> Self {
+        Self { spec, lateness, plugin, policy, processing_time: 0 }
+    }
+
+    fn entry(state: &StateStore, key: &[u8]) -> Result<Option<Entry>, OperatorError> {
+        let k = layout::key_entry(key);
+        match state.get(&k)? {
+            None => Ok(None),
+            Some(v) => Entry::decode(&v).map(Some).map_err(|message| corrupt(&k, message)),
+        }
+    }
+
+    /// Applies one key's result: its timers (cancelled first, then set), its state, its TTL
+    /// and its rows. `events_up_to` is the latest event time of the key's events in this call
+    /// (`None`: a timer call, which does not restart the TTL). Refused, with nothing applied,
+    /// when the key would have more timers than `limits.max_timers`.
+    fn apply(
+        &self,
+        state: &mut StateStore,
+        key: &[u8],
+        before: Option<Entry>,
+        result: KeyResult,
+        events_up_to: Option<i64>,
+        out: &mut Rows,
+    ) -> Result<Result<(), PluginError>, OperatorError> {
+        let mut entry = before.clone().unwrap_or(Entry { touched_event: i64::MIN, ..Entry::default() });
+        // Timer changes, deduplicated, against what is set.
+        let mut changes: BTreeMap<Timer, bool> = BTreeMap::new();
+        for t in result.delete_timers {
+            changes.insert(t, false);
+        }
+        for t in result.set_timers {
+            changes.insert(t, true);
+        }
+        let mut timers = i64::from(entry.timers);
+        let mut writes = Vec::new();
+        for (t, set) in changes {
+            let k = layout::timer_entry(t, key);
+            let exists = state.get(&k)?.is_some();
+            match (exists, set) {
+                (false, true) => timers += 1,
+                (true, false) => timers -= 1,
+                _ => continue,
+            }
+            writes.push((k, set));
+        }
+        let max = self.plugin.max_timers();
+        if timers > max as i64 {
+            let stage = self.plugin.stage().to_string();
+            return Ok(Err(PluginError::Limit { stage, limit: LimitExceeded::Timers { max } }));
+        }
+        for (k, set) in writes {
+            if set {
+                state.put(k, Vec::new());
+            } else {
+                state.delete(k);
+            }
+        }
+        entry.timers = timers.max(0) as u32;
+        if let Some(t) = events_up_to {
+            entry.touched_event = entry.touched_event.max(t);
+            entry.touched_processing = self.processing_time;
+        }
+        entry.state = result.state;
+        // The TTL's entry follows the state: one for a key with state, at its expiry.
+        if let Some(ttl) = self.spec.ttl {
+            let expiry = |e: &Entry| match ttl.clock {
+                TtlClock::EventTime => e.touched_event.saturating_add(ttl.ms),
+                TtlClock::ProcessingTime => e.touched_processing.saturating_add(ttl.ms),
+            };
+            let old = before.as_ref().filter(|e| e.state.is_some()).map(expiry);
+            let new = entry.state.is_some().then(|| expiry(&entry));
+            if old != new {
+                if let Some(at) = old {
+                    state.delete(layout::expiry_entry(at, key));
+                }
+                if let Some(at) = new {
+                    state.put(layout::expiry_entry(at, key), Vec::new());
+                }
+            }
+        }
+        let k = layout::key_entry(key);
+        if entry.is_empty() {
+            state.delete(k);
+        } else {
+            state.put(k, entry.encode());
+        }
+        columns::append(&mut out.rows, &mut out.row_ends, &result.rows, &result.row_ends)?;
+        Ok(Ok(()))
+    }
+
+    fn clock(&self, watermark: i64) -> Clock {
+        Clock { watermark, processing_time: self.processing_time }
+    }
+
+    /// Fires the timers due at `watermark` and the batch's processing time.
+    fn fire(&mut self, watermark: i64, state: &mut StateStore, out: &mut Rows) -> Result<Advanced, OperatorError> {
+        let mut due: BTreeMap<Vec<u8>, Vec<Timer>> = BTreeMap::new();
+        for (domain, now) in [(TimeDomain::EventTime, watermark), (TimeDomain::ProcessingTime, self.processing_time)] {
+            if now == i64::MIN {
+                continue;
+            }
+            let to = match now.checked_add(1) {
+                Some(next) => layout::timers_from(domain, next),
+                None => layout::timers_end(domain),
+            };
+            for (k, _) in state.range(&layout::timers_from(domain, i64::MIN), &to)? {
+                let (timer, key) = layout::timer_of_entry(&k).ok_or_else(|| corrupt(&k, "a timer entry".into()))?;
+                due.entry(key.to_vec()).or_default().push(timer);
+                state.delete(k);
+            }
+        }
+        let mut advanced = Advanced::default();
+        if due.is_empty() {
+            return Ok(advanced);
+        }
+        let mut keys = Vec::with_capacity(due.len());
+        for (key, timers) in due.iter_mut() {
+            timers.sort_by_key(|t| (t.at, t.domain));
+            // The fired timers are gone, whatever the plugin makes of them.
+            let mut entry = Self::entry(state, key)?.unwrap_or_default();
+            entry.timers = entry.timers.saturating_sub(timers.len() as u32);
+            keys.push((key.clone(), Some(entry)));
+        }
+        let clock = self.clock(watermark);
+        let fired: Vec<&Vec<Timer>> = due.values().collect();
+        let (plugin, policy) = (&mut self.plugin, &self.policy);
+        let bytes = |i: usize| state_bytes(&keys[i].1) + fired[i].len() * 16;
+        let results = each(keys.len(), bytes, plugin.max_call_bytes(), policy, |r| {
+            let keyed = keyed(&keys[r.clone()]);
+            let mut flat = Vec::new();
+            let mut ends = Vec::with_capacity(r.len());
+            for t in &fired[r] {
+                flat.extend(t.iter().copied());
+                ends.push(flat.len() as u32);
+            }
+            plugin.on_timers(clock, &keyed, &flat, &ends).map(Results)
+        })?;
+        for (((key, entry), result), timers) in keys.into_iter().zip(results).zip(fired) {
+            let entry = entry.unwrap_or_default();
+            let refused = match result {
+                Ok(result) => {
+                    let before = rows_in(out);
+                    match self.apply(state, &key, Some(entry.clone()), result, None, out)? {
+                        Ok(()) => {
+                            advanced.emitted += rows_in(out) - before;
+                            continue;
+                        }
+                        Err(e) => e.to_string(),
+                    }
+                }
+                Err(e) => e,
+            };
+            // The key keeps its state; its fired timers are gone, and they go to the dead letters.
+            let k = layout::key_entry(&key);
+            if entry.is_empty() {
+                state.delete(k)
+            } else {
+                state.put(k, entry.encode())
+            }
+            advanced.failed.push(FailedWindow {
+                start: timers.first().map_or(0, |t| t.at),
+                end: timers.last().map_or(0, |t| t.at),
+                key,
+                accs: entry.state.into_iter().collect(),
+                kind: "plugin-failure",
+                error: refused,
+            });
+        }
+        Ok(advanced)
+    }
+
+    /// Deletes the state of keys whose TTL ran out by `now` (on the TTL's clock).
+    fn expire(&self, now: i64, state: &mut StateStore) -> Result<(), OperatorError> {
+        if now == i64::MIN {
+            return Ok(());
+        }
+        for (k, _) in state.range(&layout::expiry_entry(i64::MIN, &[]), &layout::expiry_through(now))? {
+            let (_, key) = layout::expiry_of_entry(&k).ok_or_else(|| corrupt(&k, "an expiry entry".into()))?;
+            let key = key.to_vec();
+            state.delete(k);
+            let Some(mut entry) = Self::entry(state, &key)? else { continue };
+            entry.state = None;
+            let k = layout::key_entry(&key);
+            if entry.is_empty() {
+                state.delete(k);
+            } else {
+                state.put(k, entry.encode());
+            }
+        }
+        Ok(())
+    }
+}
+
+fn state_bytes(e: &Option<Entry>) -> usize {
+    e.as_ref().and_then(|e| e.state.as_ref()).map_or(0, Vec::len)
+}
+
+fn rows_in(out: &Rows) -> usize {
+    out.row_ends.len()
+}
+
+fn corrupt(k: &[u8], message: String) -> OperatorError {
+    OperatorError::Corrupt { key: String::from_utf8_lossy(k).into_owned(), message }
+}
+
+fn keyed(keys: &[(Vec<u8>, Option<Entry>)]) -> Vec<Keyed> {
+    keys.iter().map(|(key, e)| Keyed { key: key.clone(), state: e.as_ref().and_then(|e| e.state.clone()) }).collect()
+}
+
+/// Key results, joined across calls.
+struct Results(Vec<KeyResult>);
+
+impl StageOutput for Results {
+    fn empty() -> Self {
+        Results(Vec::new())
+    }
+    fn append(&mut self, o: Self, _offset: u32) -> Result<(), columns::ColumnFull> {
+        self.0.extend(o.0);
+        Ok(())
+    }
+}
+
+/// Cuts `n` keys into calls of at most [`KEYS_PER_CALL`] keys and about half of `max_bytes`.
+fn calls(n: usize, bytes: impl Fn(usize) -> usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let budget = max_bytes / 2;
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for i in 0..n {
+        let b = bytes(i);
+        if i > start && (i - start >= KEYS_PER_CALL || used + b > budget) {
+            out.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += b;
+    }
+    if start < n {
+        out.push(start..n);
+    }
+    out
+}
+
+/// Runs `call` over keys `0..n` in chunks under the failure policy: each key's result, or why
+/// the plugin failed on it alone.
+fn each(
+    n: usize,
+    bytes: impl Fn(usize) -> usize,
+    max_bytes: usize,
+    policy: &Policy,
+    mut call: impl FnMut(std::ops::Range<usize>) -> Result<Results, PluginError>,
+) -> Result<Vec<Result<KeyResult, String>>, OperatorError> {
+    let mut results = Vec::with_capacity(n);
+    for chunk in calls(n, bytes, max_bytes) {
+        let offset = chunk.start;
+        let (ok, failed) =
+            isolate(chunk.len(), &policy.failure, &policy.stop, |r| call(offset + r.start..offset + r.end))?;
+        let mut ok = ok.0.into_iter();
+        let mut failed = failed.into_iter().peekable();
+        for i in 0..chunk.len() {
+            results.push(match failed.next_if(|(f, _)| *f == i) {
+                Some((_, e)) => Err(e.to_string()),
+                None => ok.next().ok_or_else(|| "the plugin returned fewer results than keys".to_string()),
+            });
+        }
+    }
+    Ok(results)
+}
+
+impl Operator for KeyedProcess {
+    fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
+        let to = self.plugin.state_version()?;
+        let from = match restored_version {
+            Some(from) if from != to => from,
+            _ => return Ok(Opened { state_version: Some(to), migrated: None }),
+        };
+        let mut with_state = Vec::new();
+        let (from_key, to_key) = layout::all_keys();
+        for (k, v) in state.range(&from_key, &to_key)? {
+            let entry = Entry::decode(&v).map_err(|m| corrupt(&k, m))?;
+            if entry.state.is_some() {
+                with_state.push((k, entry));
+            }
+        }
+        for chunk in with_state.chunks(MIGRATE_CHUNK) {
+            let states: Vec<Vec<u8>> = chunk.iter().filter_map(|(_, e)| e.state.clone()).collect();
+            let migrated =
+                self.plugin.migrate(from, &states).map_err(|source| OperatorError::Migrate { from, to, source })?;
+            for ((k, entry), s) in chunk.iter().zip(migrated) {
+                let entry = Entry { state: Some(s), ..entry.clone() };
+                state.put(k.clone(), entry.encode());
+            }
+        }
+        Ok(Opened { state_version: Some(to), migrated: Some(with_state.len()) })
+    }
+
+    fn set_processing_time(&mut self, planned_at_ms: i64) {
+        self.processing_time = planned_at_ms;
+    }
+
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Processed, OperatorError> {
+        let mut set_aside = Processed::default();
+        let bound = watermark.saturating_sub(self.lateness);
+        let mut by_key: BTreeMap<Vec<u8>, Vec<u32>> = BTreeMap::new();
+        for (i, &t) in events.times.iter().enumerate() {
+            if t < bound {
+                set_aside.late.push(i as u32);
+                continue;
+            }
+            match super::event_key(self.spec.key.as_deref(), "process.key", events, i) {
+                Ok(key) => by_key.entry(key).or_default().push(i as u32),
+                Err(why) => set_aside.invalid.push((i as u32, why)),
+            }
+        }
+        let mut keys = Vec::with_capacity(by_key.len());
+        let mut groups = Vec::with_capacity(by_key.len());
+        for (key, mut members) in by_key {
+            members.sort_by_key(|&i| events.times[i as usize]); // stable: ties keep input order
+            let entry = Self::entry(state, &key)?;
+            keys.push((key, entry));
+            groups.push(members);
+        }
+        let row_bytes = |i: u32| columns::item(&events.rows, &events.row_ends, i as usize).len();
+        let bytes = |k: usize| state_bytes(&keys[k].1) + groups[k].iter().map(|&i| row_bytes(i)).sum::<usize>();
+        let clock = self.clock(watermark);
+        for r in calls(keys.len(), bytes, self.plugin.max_call_bytes()) {
+            let keyed = keyed(&keys[r.clone()]);
+            let mut members = Vec::new();
+            let mut ends = Vec::with_capacity(r.len());
+            for g in &groups[r.clone()] {
+                members.extend_from_slice(g);
+                ends.push(members.len() as u32);
+            }
+            let results = self.plugin.process(clock, &keyed, events, &members, &ends)?;
+            for (k, result) in r.zip(results) {
+                let (key, before) = &keys[k];
+                let latest = groups[k].iter().map(|&i| events.times[i as usize]).max();
+                self.apply(state, key, before.clone(), result, latest, out)??;
+            }
+        }
+        Ok(set_aside)
+    }
+
+    fn advance(
+        &mut self,
+        _from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError> {
+        let advanced = self.fire(to, state, out)?;
+        if let Some(ttl) = self.spec.ttl {
+            let now = match ttl.clock {
+                TtlClock::EventTime => to,
+                TtlClock::ProcessingTime => self.processing_time,
+            };
+            self.expire(now, state)?;
+        }
+        Ok(advanced)
+    }
+
+    fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
+        // Processor state is never final; what a flush can still make happen is the event-time
+        // timers that are set, up to the latest of them.
+        let timers = state
+            .range(&layout::timers_from(TimeDomain::EventTime, i64::MIN), &layout::timers_end(TimeDomain::EventTime))?;
+        Ok(timers.last().and_then(|(k, _)| layout::timer_of_entry(k)).map(|(t, _)| t.at))
+    }
+
+    fn stage(&self) -> &str {
+        self.plugin.stage()
+    }
+
+    fn fingerprint(&self) -> String {
+        let key = self.spec.key.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?}"));
+        let ttl = match self.spec.ttl {
+            None => "no ttl".to_string(),
+            Some(t) => format!("ttl {} ms of {:?}", t.ms, t.clock),
+        };
+        format!("process keyed by {key}, {ttl}, state format {}", layout::FORMAT)
+    }
+
+    fn mark(&self) -> usize {
+        0
+    }
+
+    fn rollback(&mut self, _: usize) {}
+}
+
+#[cfg(test)]
+mod tests;
