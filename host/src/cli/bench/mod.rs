@@ -102,12 +102,17 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     let cpu = cpu_seconds();
     let s = run(!a.no_fsync, !a.restart)?;
     let cpu = cpu_seconds() - cpu;
-    let what = match (a.native, a.no_fsync) {
-        (true, _) => "native parse + aggregate",
-        (false, true) => "Wasm, checkpoint not synced",
-        (false, false) => "Wasm parse + aggregate",
+    let stage = match p.stateful.as_ref().map(|s| &s.keyed) {
+        Some(crate::pipeline::Keyed::Process(_)) => "process",
+        Some(crate::pipeline::Keyed::Window(_)) => "aggregate",
+        None => "transform",
     };
-    let what = if a.kafka { format!("{what}, from Kafka") } else { what.to_string() };
+    let what = match (a.native, a.no_fsync) {
+        (true, _) => "native parse + aggregate".to_string(),
+        (false, true) => "Wasm, checkpoint not synced".to_string(),
+        (false, false) => format!("Wasm parse + {stage}"),
+    };
+    let what = if a.kafka { format!("{what}, from Kafka") } else { what };
     println!(
         "{} ({what}, parse parallelism {}): {} events in {:.3}s = {:.0} events/s, {:.0} events per CPU-second \
          ({:.2} cores busy), {} windows, {} late; peak RSS {} MB; rows digest {}",

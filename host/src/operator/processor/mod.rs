@@ -18,6 +18,7 @@
 
 mod layout;
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use layout::Entry;
@@ -128,11 +129,12 @@ impl KeyedProcess {
                 }
             }
         }
-        let k = layout::key_entry(key);
-        if entry.is_empty() {
-            state.delete(k);
-        } else {
-            state.put(k, entry.encode());
+        // Most keys of a batch never had an entry: deleting one that is not there would still be
+        // a write.
+        match (entry.is_empty(), before.is_some()) {
+            (true, true) => state.delete(layout::key_entry(key)),
+            (true, false) => {}
+            (false, _) => state.put(layout::key_entry(key), entry.encode()),
         }
         columns::append(&mut out.rows, &mut out.row_ends, &result.rows, &result.row_ends)?;
         Ok(Ok(()))
@@ -355,41 +357,58 @@ impl Operator for KeyedProcess {
     ) -> Result<Processed, OperatorError> {
         let mut set_aside = Processed::default();
         let bound = watermark.saturating_sub(self.lateness);
-        let mut by_key: BTreeMap<Vec<u8>, Vec<u32>> = BTreeMap::new();
+        // (key, time, index) of the events that go to the plugin, in the order it sees them:
+        // keys in byte order, a key's events by time, ties in input order. One sort, no
+        // allocation per key: the batch's keys are borrowed unless `process.key` names a field.
+        let mut order: Vec<(Cow<'_, [u8]>, i64, u32)> = Vec::with_capacity(events.times.len());
         for (i, &t) in events.times.iter().enumerate() {
             if t < bound {
                 set_aside.late.push(i as u32);
                 continue;
             }
-            match super::event_key(self.spec.key.as_deref(), "process.key", events, i) {
-                Ok(key) => by_key.entry(key).or_default().push(i as u32),
+            let key = match &self.spec.key {
+                None => Ok(Cow::Borrowed(columns::item(&events.keys, &events.key_ends, i))),
+                Some(field) => super::event_key(Some(field), "process.key", events, i).map(Cow::Owned),
+            };
+            match key {
+                Ok(key) => order.push((key, t, i as u32)),
                 Err(why) => set_aside.invalid.push((i as u32, why)),
             }
         }
-        let mut keys = Vec::with_capacity(by_key.len());
-        let mut groups = Vec::with_capacity(by_key.len());
-        for (key, mut members) in by_key {
-            members.sort_by_key(|&i| events.times[i as usize]); // stable: ties keep input order
-            let entry = Self::entry(state, &key)?;
-            keys.push((key, entry));
-            groups.push(members);
+        order.sort_unstable_by(|a, b| (a.0.as_ref(), a.1, a.2).cmp(&(b.0.as_ref(), b.1, b.2)));
+        let members: Vec<u32> = order.iter().map(|e| e.2).collect();
+        // Each key, what it had, and where its events end in `members`; the latest event time.
+        let mut keys: Vec<(Vec<u8>, Option<Entry>)> = Vec::new();
+        let mut ends: Vec<u32> = Vec::new();
+        let mut latest: Vec<i64> = Vec::new();
+        for (j, (key, t, _)) in order.iter().enumerate() {
+            if keys.last().is_none_or(|(k, _)| k.as_slice() != key.as_ref()) {
+                keys.push((key.to_vec(), Self::entry(state, key)?));
+                ends.push(0);
+                latest.push(*t);
+            }
+            if let (Some(e), Some(l)) = (ends.last_mut(), latest.last_mut()) {
+                *e = j as u32 + 1;
+                *l = (*l).max(*t);
+            }
         }
+        drop(order);
+        let start_of = |k: usize| if k == 0 { 0 } else { ends[k - 1] as usize };
         let row_bytes = |i: u32| columns::item(&events.rows, &events.row_ends, i as usize).len();
-        let bytes = |k: usize| state_bytes(&keys[k].1) + groups[k].iter().map(|&i| row_bytes(i)).sum::<usize>();
+        let bytes = |k: usize| {
+            state_bytes(&keys[k].1)
+                + members[start_of(k)..ends[k] as usize].iter().map(|&i| row_bytes(i)).sum::<usize>()
+        };
         let clock = self.clock(watermark);
         for r in calls(keys.len(), bytes, self.plugin.max_call_bytes()) {
             let keyed = keyed(&keys[r.clone()]);
-            let mut members = Vec::new();
-            let mut ends = Vec::with_capacity(r.len());
-            for g in &groups[r.clone()] {
-                members.extend_from_slice(g);
-                ends.push(members.len() as u32);
-            }
-            let results = self.plugin.process(clock, &keyed, events, &members, &ends)?;
+            let base = start_of(r.start);
+            let chunk_ends: Vec<u32> = ends[r.clone()].iter().map(|&e| e - base as u32).collect();
+            let chunk = &members[base..ends[r.end - 1] as usize];
+            let results = self.plugin.process(clock, &keyed, events, chunk, &chunk_ends)?;
             for (k, result) in r.zip(results) {
                 let (key, before) = &keys[k];
-                let latest = groups[k].iter().map(|&i| events.times[i as usize]).max();
-                self.apply(state, key, before.clone(), result, latest, out)??;
+                self.apply(state, key, before.clone(), result, Some(latest[k]), out)??;
             }
         }
         Ok(set_aside)
