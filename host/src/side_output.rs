@@ -279,7 +279,7 @@ impl LateEvents {
             let row = columns::item(&events.rows, &events.row_ends, i);
             self.out.write(&LateEvent {
                 batch_id,
-                reason: "late: behind the watermark (every window of this event had closed, or with [dedup] its time is more than dedup.within behind it)",
+                reason: "late: behind the watermark (every window of this event had closed; or with [process] its time is behind it; or with [dedup] its time is more than dedup.within behind it)",
                 event_time: events.times[i],
                 watermark,
                 source: stream_name(&self.streams, pos.stream),

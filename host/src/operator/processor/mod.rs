@@ -10,8 +10,9 @@
 //! At the end of the batch, `advance` fires the timers that are due (event-time timers the new
 //! watermark reached, processing-time timers at or before the batch's planning time, which the
 //! plan recorded), in one `on-timers` call per chunk of keys, then expires the keys whose TTL ran
-//! out. A timer fires once: its entry goes in the same commit as the rows it made. A timer set
-//! for a time that has already come fires in the next batch.
+//! out. A timer fires once: its entry goes in the same commit as the rows it made. A timer that
+//! `process` sets for a time the batch's end reaches fires in that batch; one that `on-timers`
+//! sets for a time that has already come fires in the next batch.
 //!
 //! An event is late when it is behind the watermark in force (less `allowed_lateness`): the
 //! event-time timers it could have moved may have fired.
