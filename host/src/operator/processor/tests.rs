@@ -254,3 +254,50 @@ fn keys_reach_the_plugin_in_key_order_and_their_events_in_event_time_order() {
     h.batch(0, &[(30, "b", ""), (30, "a", ""), (10, "a", ""), (20, "b", ""), (20, "a", "")], NONE);
     assert_eq!(*seen.lock().unwrap(), vec![10, 20, 30, 20, 30]);
 }
+
+/// A processor build that declares state version 2 and migrates version 1's decimal counts by
+/// adding 1000, so the test can tell a migrated state from an unmigrated one.
+struct Migrating(Counter);
+
+impl ProcessFns for Migrating {
+    fn process(
+        &mut self,
+        clock: Clock,
+        keys: &[Keyed],
+        events: &EventBatch,
+        members: &[u32],
+        ends: &[u32],
+    ) -> Result<Vec<KeyResult>, PluginError> {
+        self.0.process(clock, keys, events, members, ends)
+    }
+    fn on_timers(&mut self, c: Clock, k: &[Keyed], t: &[Timer], e: &[u32]) -> Result<Vec<KeyResult>, PluginError> {
+        self.0.on_timers(c, k, t, e)
+    }
+    fn stage(&self) -> &str {
+        "test/process-v2"
+    }
+    fn state_version(&mut self) -> Result<u32, PluginError> {
+        Ok(2)
+    }
+    fn migrate(&mut self, from: u32, states: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        assert_eq!(from, 1);
+        Ok(states.iter().map(|s| (count(&Some(s.clone())) + 1_000).to_string().into_bytes()).collect())
+    }
+}
+
+#[test]
+fn another_state_version_migrates_every_key_s_state_and_keeps_its_timers() {
+    let mut h = Harness::new(operator(None, 10));
+    h.batch(0, &[(1, "a", "\"timer\":50"), (2, "a", ""), (3, "b", "")], NONE);
+    let meta = b"{}".to_vec();
+    h.state.commit(&meta, &mut crate::checkpoint::Syncs::default()).unwrap();
+    let failure = FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
+    let policy = Policy { failure, stop: std::sync::Arc::default() };
+    let v2 = Migrating(Counter { max_timers: 10, seen: Default::default() });
+    let mut op = KeyedProcess::new(Process { plugin: spec(), key: None, ttl: None }, 0, Box::new(v2), policy);
+    let opened = op.open(&mut h.state, Some(1)).unwrap();
+    assert_eq!(opened, Opened { state_version: Some(2), migrated: Some(2) });
+    h.op = op;
+    let (out, _) = h.batch(0, &[(10, "a", ""), (10, "b", "")], 60);
+    assert_eq!(out, vec![r#"{"key":"a","n":1003}"#, r#"{"key":"b","n":1002}"#, r#"{"key":"a","fired":50}"#]);
+}
