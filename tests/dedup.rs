@@ -154,3 +154,26 @@ fn dedup_state_survives_repeated_kill_9() {
         "each window once, repeats once"
     );
 }
+
+/// `[dedup]` with no window: the orders it lets through reach the sink as they came, in input
+/// order, and they are the reference's kept orders.
+#[test]
+fn dedup_alone_passes_the_first_of_each_order_through_in_input_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (events, input) = orders_with_repeats(dir.path());
+    let text = format!(
+        "name = \"dedup-rows\"\n[source]\ntype = \"replay\"\npath = {events:?}\n[trigger]\nmode = \"available-now\"\n\
+         [parse]\nplugin = \"{}\"\n[watermark]\ndelay = \"10 minutes\"\n[dedup]\nkey = \"order_id\"\n",
+        component("orders_json").display(),
+    );
+    let p = dir.path().join("dedup-rows.toml");
+    std::fs::write(&p, text).unwrap();
+    let rows = weir_test(&p, &events);
+    let (kept, repeats) = reference(&input, DELAY);
+    assert!(repeats > 5_000, "the input has repeats: {repeats}");
+    let got: Vec<(i64, u64)> =
+        rows.iter().map(|r| (r["order_ts"].as_i64().unwrap(), r["user_id"].as_u64().unwrap())).collect();
+    let want: Vec<(i64, u64)> = kept.iter().map(|o| (o.ts, o.user)).collect();
+    assert_eq!(got.len(), want.len());
+    assert_eq!(got, want);
+}

@@ -68,6 +68,7 @@ impl Stages {
                         let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
                         Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
                     }
+                    Keyed::Rows => Box::new(PassThrough),
                 },
             ),
             None => Box::new(PassThrough),

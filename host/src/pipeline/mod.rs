@@ -251,14 +251,17 @@ pub(crate) struct Stateful {
 pub(crate) enum Keyed {
     Window(Windowed),
     Process(Process),
+    /// No operator of its own: the rows that `[dedup]` lets through go to the sink as they are.
+    Rows,
 }
 
 impl Keyed {
-    /// The plugin that owns the state.
-    pub(crate) fn plugin(&self) -> &StageSpec {
+    /// The plugin that owns the state, if any.
+    pub(crate) fn plugin(&self) -> Option<&StageSpec> {
         match self {
-            Keyed::Window(w) => &w.aggregate,
-            Keyed::Process(p) => &p.plugin,
+            Keyed::Window(w) => Some(&w.aggregate),
+            Keyed::Process(p) => Some(&p.plugin),
+            Keyed::Rows => None,
         }
     }
 }
@@ -331,7 +334,7 @@ impl Pipeline {
         };
         std::iter::once(&self.parse)
             .chain(&self.transforms)
-            .chain(self.stateful.as_ref().map(|s| s.keyed.plugin()))
+            .chain(self.stateful.as_ref().and_then(|s| s.keyed.plugin()))
             .chain(sink)
     }
 

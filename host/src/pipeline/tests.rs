@@ -32,8 +32,9 @@ fn a_good_file_resolves_paths_against_its_directory() {
     assert_eq!(p.parse.component, Path::new("dir/p.wasm"));
     let s = p.stateful.unwrap();
     assert_eq!(s.time.delay_ms, 600_000);
-    assert_eq!(s.keyed.plugin().config_json, r#"{"error_status":"ERROR"}"#);
-    assert_eq!(s.keyed.plugin().name, "orders/aggregate (a.wasm)");
+    let aggregate = s.keyed.plugin().unwrap();
+    assert_eq!(aggregate.config_json, r#"{"error_status":"ERROR"}"#);
+    assert_eq!(aggregate.name, "orders/aggregate (a.wasm)");
 }
 
 #[test]
@@ -255,7 +256,13 @@ fn dedup_takes_a_field_and_a_span_and_defaults_to_the_watermark_delay() {
         .replace("[watermark]\n    delay = \"10 minutes\"", "[dedup]")
         .replace("[window]\n    type = \"tumbling\"\n    size = \"1 minute\"", "")
         .replace("[aggregate]\n    plugin = \"a.wasm\"\n    config = { error_status = \"ERROR\" }", "");
-    assert!(err(&stateless).contains("dedup: deduplication runs before a window"), "{}", err(&stateless));
+    assert!(err(&stateless).contains("dedup: deduplication keeps each key until the watermark"), "{}", err(&stateless));
+    // With a watermark, dedup alone is a pipeline: the rows it lets through go to the sink.
+    let rows_only = stateless.replace("[dedup]", "[watermark]\ndelay = \"1 minute\"\n[dedup]");
+    let p = Pipeline::parse(&rows_only, Path::new("p.toml")).unwrap();
+    assert!(matches!(p.stateful, Some(Stateful { keyed: Keyed::Rows, dedup: Some(_), .. })));
+    let update = format!("{rows_only}\n[output]\nmode = \"update\"");
+    assert!(err(&update).contains("output.mode: only `append`"), "{}", err(&update));
 }
 
 /// `GOOD` with a processor in place of the window.

@@ -178,11 +178,11 @@ fn build(
         .collect::<Result<Vec<_>, _>>()?;
 
     let stateful = match (f.window, f.aggregate, f.process, f.watermark) {
-        (None, None, None, _) if f.dedup.is_some() => {
+        (None, None, None, None) if f.dedup.is_some() => {
             return Err(invalid(
                 "dedup",
-                "deduplication runs before a window or a processor today: add [window] and [aggregate], or \
-                 [process], and [watermark]"
+                "deduplication keeps each key until the watermark passes it: add [watermark] with a delay, \
+                 e.g. delay = \"10 minutes\""
                     .into(),
             ));
         }
@@ -200,8 +200,11 @@ fn build(
                     .into(),
             ));
         }
-        (None, None, None, Some(_)) => {
-            return Err(invalid("watermark", "only meaningful with [window] and [aggregate], or [process]".into()));
+        (None, None, None, Some(_)) if f.dedup.is_none() => {
+            return Err(invalid(
+                "watermark",
+                "only meaningful with [window] and [aggregate], [process] or [dedup]".into(),
+            ));
         }
         (None, Some(_), None, _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
         (Some(_), None, None, _) => return Err(invalid("aggregate", "[window] needs an [aggregate] table".into())),
@@ -277,6 +280,15 @@ fn build(
                         },
                     )?;
                     Keyed::Process(Process { plugin, key, ttl })
+                }
+                (None, None, None) => {
+                    if f.output.mode != OutputMode::Append {
+                        return Err(invalid(
+                            "output.mode",
+                            "only `append` applies to a pipeline without [window]".into(),
+                        ));
+                    }
+                    Keyed::Rows
                 }
                 _ => return Err(invalid("window", "[window] and [aggregate] go together".into())),
             };

@@ -105,7 +105,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     let stage = match p.stateful.as_ref().map(|s| &s.keyed) {
         Some(crate::pipeline::Keyed::Process(_)) => "process",
         Some(crate::pipeline::Keyed::Window(_)) => "aggregate",
-        None => "transform",
+        Some(crate::pipeline::Keyed::Rows) | None => "transform",
     };
     let what = match (a.native, a.no_fsync) {
         (true, _) => "native parse + aggregate".to_string(),
