@@ -35,3 +35,31 @@ fn output_is_identical_after_repeated_kill_9() {
     let (_, dropped) = kept_orders(&events);
     assert_eq!(json_lines(&std::fs::read_to_string(&late).unwrap()).len(), dropped, "late events once each");
 }
+
+/// Sessions keep their open sessions in memory and write each one to the store once per batch
+/// that changed it: a kill anywhere must still give each session once, with all its events.
+#[test]
+fn sessions_are_identical_after_repeated_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 60_000, 17);
+    let windows = dir.path().join("windows");
+    let extra =
+        format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
+    let p = pipeline(
+        dir.path(),
+        Spec {
+            window: "type = \"session\"\ngap = \"5 minutes\"",
+            parse_config: "key_by_user = true",
+            watermark: "flush_at_end = true",
+            extra: &extra,
+            source: "type = \"replay\"\npath = \"orders.jsonl\"\nmax_offsets_per_trigger = 1000",
+        },
+    );
+    let expected = weir_test(&p, &events);
+    let (kept, _) = kept_orders(&events);
+    assert_eq!(windows_of(&expected), session_reference(&kept, 300_000));
+
+    let kills = kill_repeatedly(&p, 30);
+    assert!(kills >= 10, "only {kills} kills landed");
+    assert_eq!(sink_rows(&windows), expected, "same rows in the same order");
+}

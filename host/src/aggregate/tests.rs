@@ -278,3 +278,34 @@ fn members_are_laid_out_group_by_group_in_event_order() {
     assert_eq!(members, vec![1, 4, 0, 3, 5]);
     assert_eq!(ends, vec![2, 4, 5]);
 }
+
+/// A checkpoint of sessions state format 1 (the end index in the store) opens as format 2:
+/// its sessions carry on from memory, and the old index goes in the first commit.
+#[test]
+fn sessions_of_state_format_1_open_and_their_store_index_goes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = StateStore::open(dir.path()).unwrap();
+    // Format 1 as it was written: `s` + len + key + start → end + acc, and `e` + end + the same.
+    let mut s = vec![b's'];
+    s.extend_from_slice(&1u32.to_be_bytes());
+    s.extend_from_slice(b"a");
+    s.extend_from_slice(&crate::state::time_key(0));
+    let mut v = crate::state::time_key(10).to_vec();
+    v.extend_from_slice(b"2");
+    let mut e = vec![b'e'];
+    e.extend_from_slice(&crate::state::time_key(10));
+    e.extend_from_slice(&s[1..]);
+    state.put(s, v);
+    state.put(e, Vec::new());
+    state.commit(b"m", &mut crate::checkpoint::Syncs::default()).unwrap();
+
+    let mut op = sessions(10)(0, OutputMode::Append);
+    op.open(&mut state, Some(1)).unwrap();
+    assert_eq!(op.horizon(&state).unwrap(), Some(10), "the stored session is open in memory");
+    let mut h = Harness { op, state, wm: NONE, _dir: dir };
+    let (_, out) = h.batch(&[(5, "a")], 100);
+    assert_eq!(out, vec![(0, 15, "a".to_string(), 3)], "it merged with the new event and left once");
+    assert!(h.state.range(b"e", b"f").unwrap().is_empty(), "format 1's index is gone");
+    assert!(h.state.range(b"s", b"t").unwrap().is_empty(), "and the final session");
+    assert_eq!(h.state.get(&[b'f', b's']).unwrap(), Some(2u32.to_be_bytes().to_vec()));
+}

@@ -53,7 +53,8 @@ pub(crate) enum Scope {
     Panes = b'p',
     /// Sessions, by key and start (`aggregate/sessions.rs`).
     Sessions = b's',
-    /// Sessions by end, to find the final ones.
+    /// Sessions by end, in state format 1 only (format 2 keeps this index in memory): what
+    /// `open` converts.
     SessionEnds = b'e',
     /// Kept events, by key and time (`dedup.rs`).
     DedupKept = b'd',
@@ -65,6 +66,8 @@ pub(crate) enum Scope {
     ProcessTimers = b't',
     /// When its keys' TTL runs out, by time and key.
     ProcessExpiry = b'l',
+    /// The state format an operator wrote, by the operator's scope (`f` + `s`: sessions).
+    Formats = b'f',
 }
 
 impl Scope {
