@@ -30,7 +30,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
     let refuse = |why| PluginError::Engine(NotTheOrdersPipeline(why).to_string());
     let s = p.stateful.as_ref().ok_or_else(|| refuse("this pipeline has no aggregate"))?;
     let crate::pipeline::Keyed::Window(w) = &s.keyed else {
-        return Err(refuse("this pipeline runs a processor").into());
+        return Err(refuse("this pipeline has no window").into());
     };
     if !uses(&p.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
         return Err(refuse("this pipeline uses other plugins").into());
