@@ -199,6 +199,64 @@ fn bisect<O: StageOutput, E: StageFailure>(
     Ok(())
 }
 
+/// Cuts `n` items into calls of at most `max_items` items and about `budget` bytes (`bytes`
+/// gives an item's); an item over the budget goes alone. How the calls made per window or per
+/// key (`aggregate/emit.rs`, the keyed processor) stay below a plugin's output cap.
+pub(crate) fn calls(n: usize, max_items: usize, bytes: impl Fn(usize) -> usize, budget: usize) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut used) = (0, 0);
+    for i in 0..n {
+        let b = bytes(i);
+        if i > start && (i - start >= max_items || used + b > budget) {
+            out.push(start..i);
+            (start, used) = (i, 0);
+        }
+        used += b;
+    }
+    if start < n {
+        out.push(start..n);
+    }
+    out
+}
+
+/// One result per item, joined across calls.
+struct PerItem<T>(Vec<T>);
+
+impl<T> StageOutput for PerItem<T> {
+    fn empty() -> Self {
+        PerItem(Vec::new())
+    }
+    fn append(&mut self, o: Self, _offset: u32) -> Result<(), ColumnFull> {
+        self.0.extend(o.0);
+        Ok(())
+    }
+}
+
+/// Runs `call` (one result per item of its range) over each of `chunks` under `policy`: each
+/// item's result, in order, or why the plugin failed on that item alone. A failure isolating
+/// cannot get past (the plugin cannot read its state) is the error.
+pub(crate) fn each<T>(
+    chunks: Vec<Range<usize>>,
+    policy: &FailurePolicy,
+    stop: &AtomicBool,
+    mut call: impl FnMut(Range<usize>) -> Result<Vec<T>, PluginError>,
+) -> Result<Vec<Result<T, String>>, OperatorError> {
+    let mut results = Vec::with_capacity(chunks.last().map_or(0, |c| c.end));
+    for chunk in chunks {
+        let offset = chunk.start;
+        let (ok, failed) = isolate(chunk.len(), policy, stop, |r| call(offset + r.start..offset + r.end).map(PerItem))?;
+        let mut ok = ok.0.into_iter();
+        let mut failed = failed.into_iter().peekable();
+        for i in 0..chunk.len() {
+            results.push(match failed.next_if(|(f, _)| *f == i) {
+                Some((_, e)) => Err(e.to_string()),
+                None => ok.next().ok_or_else(|| "the plugin returned fewer results than items".to_string()),
+            });
+        }
+    }
+    Ok(results)
+}
+
 /// Records `range` of a raw batch, as a batch of their own.
 pub(crate) fn slice_records(b: &RawBatch, range: Range<usize>) -> RawBatch {
     let (v, vends) = columns::slice(&b.values, &b.value_ends, range.clone());
@@ -284,6 +342,14 @@ mod tests {
         let e = isolate(10, &policy, &AtomicBool::new(false), stage(&[5], &mut calls)).unwrap_err();
         assert!(e.to_string().contains("poison"), "{e}");
         assert_eq!(calls, 3);
+    }
+
+    #[test]
+    fn calls_are_cut_by_count_and_bytes() {
+        assert_eq!(calls(0, 10_000, |_| 1, 10), Vec::<Range<usize>>::new());
+        assert_eq!(calls(5, 10_000, |_| 4, 10), vec![0..2, 2..4, 4..5]);
+        assert_eq!(calls(3, 10_000, |_| 100, 10), vec![0..1, 1..2, 2..3], "an item over the budget goes alone");
+        assert_eq!(calls(25_000, 10_000, |_| 0, 10).len(), 3);
     }
 
     #[test]

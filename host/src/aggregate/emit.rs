@@ -13,7 +13,7 @@ use std::sync::atomic::AtomicBool;
 use serde::de::IgnoredAny;
 
 use super::WindowAcc;
-use crate::isolate::{StageOutput, isolate};
+use crate::isolate;
 use crate::operator::{FailedWindow, OperatorError};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{AggregateFns, PluginError};
@@ -34,42 +34,11 @@ pub(crate) struct Policy {
     pub stop: Arc<AtomicBool>,
 }
 
-/// Accumulators, one per window: what `merge` and `finish` return, joined across calls.
-struct Accs(Vec<Vec<u8>>);
-
-impl StageOutput for Accs {
-    fn empty() -> Self {
-        Accs(Vec::new())
-    }
-    fn append(&mut self, o: Self, _offset: u32) -> Result<(), crate::columns::ColumnFull> {
-        self.0.extend(o.0);
-        Ok(())
-    }
-}
-
-/// Cuts `n` items into calls of at most [`WINDOWS_PER_CALL`] items and about `budget` bytes.
-fn calls(n: usize, bytes: impl Fn(usize) -> usize, budget: usize) -> Vec<Range<usize>> {
-    let mut out = Vec::new();
-    let (mut start, mut used) = (0, 0);
-    for i in 0..n {
-        let b = bytes(i);
-        if i > start && (i - start >= WINDOWS_PER_CALL || used + b > budget) {
-            out.push(start..i);
-            (start, used) = (i, 0);
-        }
-        used += b;
-    }
-    if start < n {
-        out.push(start..n);
-    }
-    out
-}
-
 /// What a plugin call gave for each item: its result, or why it failed on that item alone.
 type Results = Vec<Result<Vec<u8>, String>>;
 
-/// Runs `call` over items `0..n` in chunks under the failure policy; returns each item's result.
-/// A failure that isolating cannot get past (the plugin cannot read its state) is the error.
+/// Runs `call` over items `0..n` in chunks of at most [`WINDOWS_PER_CALL`] and half the output
+/// cap, under the failure policy; returns each item's result.
 fn each(
     n: usize,
     bytes: impl Fn(usize) -> usize,
@@ -77,22 +46,8 @@ fn each(
     policy: &Policy,
     mut call: impl FnMut(&mut dyn AggregateFns, Range<usize>) -> Result<Vec<Vec<u8>>, PluginError>,
 ) -> Result<Results, OperatorError> {
-    let mut results = Vec::with_capacity(n);
-    for chunk in calls(n, bytes, agg.max_call_bytes() / 2) {
-        let offset = chunk.start;
-        let (ok, failed) = isolate(chunk.len(), &policy.failure, &policy.stop, |r| {
-            call(agg, offset + r.start..offset + r.end).map(Accs)
-        })?;
-        let mut ok = ok.0.into_iter();
-        let mut failed = failed.into_iter().peekable();
-        for i in 0..chunk.len() {
-            results.push(match failed.next_if(|(f, _)| *f == i) {
-                Some((_, e)) => Err(e.to_string()),
-                None => Ok(ok.next().unwrap_or_default()),
-            });
-        }
-    }
-    Ok(results)
+    let chunks = isolate::calls(n, WINDOWS_PER_CALL, bytes, agg.max_call_bytes() / 2);
+    isolate::each(chunks, &policy.failure, &policy.stop, |r| call(agg, r))
 }
 
 /// A window whose accumulators (a sliding window's panes) are yet to be merged into one.
@@ -209,13 +164,5 @@ mod tests {
         assert!(body(b"{\"count\":1}\n{\"window_start\":0}").is_err());
         let e = body(b"{\"ke\\u0079\":\"forged\"}").unwrap_err();
         assert!(e.contains("`key`"), "{e}");
-    }
-
-    #[test]
-    fn calls_are_cut_by_count_and_bytes() {
-        assert_eq!(calls(0, |_| 1, 10), Vec::<Range<usize>>::new());
-        assert_eq!(calls(5, |_| 4, 10), vec![0..2, 2..4, 4..5]);
-        assert_eq!(calls(3, |_| 100, 10), vec![0..1, 1..2, 2..3], "an item over the budget goes alone");
-        assert_eq!(calls(25_000, |_| 0, 10).len(), 3);
     }
 }

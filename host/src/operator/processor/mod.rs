@@ -27,7 +27,7 @@ use layout::Entry;
 use super::{Advanced, FailedWindow, Opened, Operator, OperatorError, Processed};
 use crate::aggregate::Policy;
 use crate::columns;
-use crate::isolate::{StageOutput, isolate};
+use crate::isolate;
 use crate::pipeline::{Process, TtlClock};
 use crate::plugin::{Clock, EventBatch, KeyResult, Keyed, LimitExceeded, PluginError, ProcessFns, TimeDomain, Timer};
 use crate::sink::Rows;
@@ -74,7 +74,16 @@ impl KeyedProcess {
         events_up_to: Option<i64>,
         out: &mut Rows,
     ) -> Result<Result<(), PluginError>, OperatorError> {
-        let mut entry = before.clone().unwrap_or(Entry { touched_event: i64::MIN, ..Entry::default() });
+        // What the TTL index and the entry itself held before, then the entry to change.
+        let expiry = |e: &Entry| {
+            self.spec.ttl.map(|ttl| match ttl.clock {
+                TtlClock::EventTime => e.touched_event.saturating_add(ttl.ms),
+                TtlClock::ProcessingTime => e.touched_processing.saturating_add(ttl.ms),
+            })
+        };
+        let old_expiry = before.as_ref().filter(|e| e.state.is_some()).and_then(expiry);
+        let existed = before.is_some();
+        let mut entry = before.unwrap_or(Entry { touched_event: i64::MIN, ..Entry::default() });
         // Timer changes, deduplicated, against what is set.
         let mut changes: BTreeMap<Timer, bool> = BTreeMap::new();
         for t in result.delete_timers {
@@ -114,25 +123,18 @@ impl KeyedProcess {
         }
         entry.state = result.state;
         // The TTL's entry follows the state: one for a key with state, at its expiry.
-        if let Some(ttl) = self.spec.ttl {
-            let expiry = |e: &Entry| match ttl.clock {
-                TtlClock::EventTime => e.touched_event.saturating_add(ttl.ms),
-                TtlClock::ProcessingTime => e.touched_processing.saturating_add(ttl.ms),
-            };
-            let old = before.as_ref().filter(|e| e.state.is_some()).map(expiry);
-            let new = entry.state.is_some().then(|| expiry(&entry));
-            if old != new {
-                if let Some(at) = old {
-                    state.delete(layout::expiry_entry(at, key));
-                }
-                if let Some(at) = new {
-                    state.put(layout::expiry_entry(at, key), Vec::new());
-                }
+        let new_expiry = entry.state.as_ref().and_then(|_| expiry(&entry));
+        if old_expiry != new_expiry {
+            if let Some(at) = old_expiry {
+                state.delete(layout::expiry_entry(at, key));
+            }
+            if let Some(at) = new_expiry {
+                state.put(layout::expiry_entry(at, key), Vec::new());
             }
         }
         // Most keys of a batch never had an entry: deleting one that is not there would still be
         // a write.
-        match (entry.is_empty(), before.is_some()) {
+        match (entry.is_empty(), existed) {
             (true, true) => state.delete(layout::key_entry(key)),
             (true, false) => {}
             (false, _) => state.put(layout::key_entry(key), entry.encode()),
@@ -178,7 +180,8 @@ impl KeyedProcess {
         let fired: Vec<&Vec<Timer>> = due.values().collect();
         let (plugin, policy) = (&mut self.plugin, &self.policy);
         let bytes = |i: usize| state_bytes(&keys[i].1) + fired[i].len() * 16;
-        let results = each(keys.len(), bytes, plugin.max_call_bytes(), policy, |r| {
+        let chunks = calls(keys.len(), bytes, plugin.max_call_bytes());
+        let results = isolate::each(chunks, &policy.failure, &policy.stop, |r| {
             let keyed = keyed(&keys[r.clone()]);
             let mut flat = Vec::new();
             let mut ends = Vec::with_capacity(r.len());
@@ -186,7 +189,7 @@ impl KeyedProcess {
                 flat.extend(t.iter().copied());
                 ends.push(flat.len() as u32);
             }
-            plugin.on_timers(clock, &keyed, &flat, &ends).map(Results)
+            plugin.on_timers(clock, &keyed, &flat, &ends)
         })?;
         for (((key, entry), result), timers) in keys.into_iter().zip(results).zip(fired) {
             let entry = entry.unwrap_or_default();
@@ -260,62 +263,9 @@ fn keyed(keys: &[(Vec<u8>, Option<Entry>)]) -> Vec<Keyed> {
     keys.iter().map(|(key, e)| Keyed { key: key.clone(), state: e.as_ref().and_then(|e| e.state.clone()) }).collect()
 }
 
-/// Key results, joined across calls.
-struct Results(Vec<KeyResult>);
-
-impl StageOutput for Results {
-    fn empty() -> Self {
-        Results(Vec::new())
-    }
-    fn append(&mut self, o: Self, _offset: u32) -> Result<(), columns::ColumnFull> {
-        self.0.extend(o.0);
-        Ok(())
-    }
-}
-
 /// Cuts `n` keys into calls of at most [`KEYS_PER_CALL`] keys and about half of `max_bytes`.
 fn calls(n: usize, bytes: impl Fn(usize) -> usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
-    let budget = max_bytes / 2;
-    let mut out = Vec::new();
-    let (mut start, mut used) = (0, 0);
-    for i in 0..n {
-        let b = bytes(i);
-        if i > start && (i - start >= KEYS_PER_CALL || used + b > budget) {
-            out.push(start..i);
-            (start, used) = (i, 0);
-        }
-        used += b;
-    }
-    if start < n {
-        out.push(start..n);
-    }
-    out
-}
-
-/// Runs `call` over keys `0..n` in chunks under the failure policy: each key's result, or why
-/// the plugin failed on it alone.
-fn each(
-    n: usize,
-    bytes: impl Fn(usize) -> usize,
-    max_bytes: usize,
-    policy: &Policy,
-    mut call: impl FnMut(std::ops::Range<usize>) -> Result<Results, PluginError>,
-) -> Result<Vec<Result<KeyResult, String>>, OperatorError> {
-    let mut results = Vec::with_capacity(n);
-    for chunk in calls(n, bytes, max_bytes) {
-        let offset = chunk.start;
-        let (ok, failed) =
-            isolate(chunk.len(), &policy.failure, &policy.stop, |r| call(offset + r.start..offset + r.end))?;
-        let mut ok = ok.0.into_iter();
-        let mut failed = failed.into_iter().peekable();
-        for i in 0..chunk.len() {
-            results.push(match failed.next_if(|(f, _)| *f == i) {
-                Some((_, e)) => Err(e.to_string()),
-                None => ok.next().ok_or_else(|| "the plugin returned fewer results than keys".to_string()),
-            });
-        }
-    }
-    Ok(results)
+    isolate::calls(n, KEYS_PER_CALL, bytes, max_bytes / 2)
 }
 
 impl Operator for KeyedProcess {
@@ -408,8 +358,8 @@ impl Operator for KeyedProcess {
             let chunk = &members[base..ends[r.end - 1] as usize];
             let results = self.plugin.process(clock, &keyed, events, chunk, &chunk_ends)?;
             for (k, result) in r.zip(results) {
-                let (key, before) = &keys[k];
-                self.apply(state, key, before.clone(), result, Some(latest[k]), out)??;
+                let before = keys[k].1.take(); // each key is in one call: its entry is needed once
+                self.apply(state, &keys[k].0, before, result, Some(latest[k]), out)??;
             }
         }
         Ok(set_aside)

@@ -96,11 +96,14 @@ impl ProcessFns for Counter {
     }
 }
 
-fn operator(ttl: Option<Ttl>, max_timers: usize) -> KeyedProcess {
+fn policy() -> Policy {
     let failure = FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
-    let policy = Policy { failure, stop: std::sync::Arc::default() };
+    Policy { failure, stop: std::sync::Arc::default() }
+}
+
+fn operator(ttl: Option<Ttl>, max_timers: usize) -> KeyedProcess {
     let counter = Counter { max_timers, seen: Default::default() };
-    KeyedProcess::new(Process { plugin: spec(), key: None, ttl }, 0, Box::new(counter), policy)
+    KeyedProcess::new(Process { plugin: spec(), key: None, ttl }, 0, Box::new(counter), policy())
 }
 
 fn spec() -> crate::plugin::StageSpec {
@@ -246,11 +249,13 @@ fn events_behind_the_watermark_are_late_and_change_nothing() {
 #[test]
 fn keys_reach_the_plugin_in_key_order_and_their_events_in_event_time_order() {
     let seen = std::sync::Arc::default();
-    let failure = FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
-    let policy = Policy { failure, stop: std::sync::Arc::default() };
     let counter = Counter { max_timers: 10, seen: std::sync::Arc::clone(&seen) };
-    let mut h =
-        Harness::new(KeyedProcess::new(Process { plugin: spec(), key: None, ttl: None }, 0, Box::new(counter), policy));
+    let mut h = Harness::new(KeyedProcess::new(
+        Process { plugin: spec(), key: None, ttl: None },
+        0,
+        Box::new(counter),
+        policy(),
+    ));
     h.batch(0, &[(30, "b", ""), (30, "a", ""), (10, "a", ""), (20, "b", ""), (20, "a", "")], NONE);
     assert_eq!(*seen.lock().unwrap(), vec![10, 20, 30, 20, 30]);
 }
@@ -291,10 +296,8 @@ fn another_state_version_migrates_every_key_s_state_and_keeps_its_timers() {
     h.batch(0, &[(1, "a", "\"timer\":50"), (2, "a", ""), (3, "b", "")], NONE);
     let meta = b"{}".to_vec();
     h.state.commit(&meta, &mut crate::checkpoint::Syncs::default()).unwrap();
-    let failure = FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
-    let policy = Policy { failure, stop: std::sync::Arc::default() };
     let v2 = Migrating(Counter { max_timers: 10, seen: Default::default() });
-    let mut op = KeyedProcess::new(Process { plugin: spec(), key: None, ttl: None }, 0, Box::new(v2), policy);
+    let mut op = KeyedProcess::new(Process { plugin: spec(), key: None, ttl: None }, 0, Box::new(v2), policy());
     let opened = op.open(&mut h.state, Some(1)).unwrap();
     assert_eq!(opened, Opened { state_version: Some(2), migrated: Some(2) });
     h.op = op;
