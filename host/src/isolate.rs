@@ -120,6 +120,7 @@ impl StageOutput for Processed {
     }
     fn append(&mut self, o: Self, offset: u32) -> Result<(), ColumnFull> {
         self.duplicates += o.duplicates;
+        self.unmatched += o.unmatched;
         self.late.extend(o.late.into_iter().map(|i| i + offset));
         self.invalid.extend(o.invalid.into_iter().map(|(i, why)| (i + offset, why)));
         Ok(())

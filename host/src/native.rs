@@ -38,6 +38,9 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
     if !p.transforms.is_empty() {
         return Err(refuse("this pipeline has transforms").into());
     }
+    if p.join.is_some() {
+        return Err(refuse("this pipeline has a join").into());
+    }
     #[derive(Deserialize, Default)]
     struct OrdersConfig {
         #[serde(default)]
@@ -50,13 +53,14 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
             .collect(),
         transforms: Vec::new(),
         operator: driver::chain(
-            s,
+            p,
             crate::aggregate::operator(
                 w,
                 &s.time,
                 Box::new(ErrorRate),
                 Policy { failure: p.failure, stop: stop.clone() },
             ),
+            stop,
         ),
         sink: driver::sink(p, output, None, stop)?,
         runtime: None,

@@ -49,6 +49,9 @@ pub(crate) struct BatchProgress {
     /// Dropped by `[dedup]` as repeats.
     #[serde(rename = "numDuplicates")]
     pub duplicates: usize,
+    /// Dropped by an inner `[join]`: no table row has their key.
+    #[serde(rename = "numUnmatched")]
+    pub unmatched: usize,
     #[serde(rename = "numWindowsEmitted")]
     pub windows_emitted: usize,
     #[serde(rename = "numRowsOut")]
@@ -88,6 +91,7 @@ pub(crate) struct Summary {
     pub dead_letters: u64,
     pub late_events: u64,
     pub duplicates: u64,
+    pub unmatched: u64,
     pub windows_emitted: u64,
     pub rows_out: u64,
     pub elapsed_s: f64,
@@ -120,7 +124,7 @@ impl Summary {
             ));
         }
         format!(
-            "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late,{} {} dead letters; \
+            "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late,{}{} {} dead letters; \
              {} windows emitted, {} rows out; final watermark {wm}{plugins}",
             self.input_rows,
             self.elapsed_s,
@@ -130,6 +134,7 @@ impl Summary {
             self.late_events,
             // Only where `[dedup]` dropped some: the line stays as it was for other pipelines.
             if self.duplicates > 0 { format!(" {} duplicates,", self.duplicates) } else { String::new() },
+            if self.unmatched > 0 { format!(" {} unmatched,", self.unmatched) } else { String::new() },
             self.dead_letters,
             self.windows_emitted,
             self.rows_out,
@@ -179,6 +184,7 @@ impl Progress {
         t.dead_letters += b.dead_letters as u64;
         t.late_events += b.late_events as u64;
         t.duplicates += b.duplicates as u64;
+        t.unmatched += b.unmatched as u64;
         t.windows_emitted += b.windows_emitted as u64;
         t.rows_out += b.rows_out as u64;
         let mut err = std::io::stderr().lock();

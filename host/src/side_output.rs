@@ -82,7 +82,7 @@ impl SideOutput {
 #[derive(Debug, Serialize)]
 struct DeadLetter<'a> {
     batch_id: u64,
-    /// Which step rejected it: `source`, `parse`, `transform[i]` or `aggregate`.
+    /// Which step rejected it: `source`, `parse`, `transform[i]`, `join` or `aggregate`.
     stage: &'a str,
     kind: &'a str,
     error: &'a str,
@@ -161,6 +161,18 @@ impl Failure {
     }
 }
 
+/// A record of a side input (a join's table) that the operator could not take.
+#[derive(Debug, Clone)]
+pub(crate) struct SideLetter {
+    pub stage: &'static str,
+    pub kind: &'static str,
+    pub error: String,
+    /// The side input's stream (its file or topic).
+    pub source: String,
+    pub position: crate::source::Position,
+    pub raw: Vec<u8>,
+}
+
 fn stream_name(streams: &[String], stream: u16) -> &str {
     streams.get(stream as usize).map_or("?", String::as_str)
 }
@@ -186,6 +198,24 @@ impl DeadLetters {
             })?;
         }
         Ok(batch.bad.len())
+    }
+
+    /// Records of a side input the operator could not take.
+    pub(crate) fn side(&mut self, batch_id: u64, letters: &[SideLetter]) -> Result<usize, SideOutputError> {
+        for l in letters {
+            self.out.write(&DeadLetter {
+                batch_id,
+                stage: l.stage,
+                kind: l.kind,
+                error: &l.error,
+                source: &l.source,
+                partition: l.position.partition,
+                offset: l.position.offset,
+                line: l.position.line,
+                value: String::from_utf8_lossy(&l.raw).into_owned(),
+            })?;
+        }
+        Ok(letters.len())
     }
 
     /// A stage's failed items. `origins` maps the stage's input index to a record of `batch`

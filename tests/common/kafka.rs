@@ -147,7 +147,9 @@ pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path, h
 
 /// A record read back from an output topic.
 pub struct Out {
+    /// The row; `null` for a tombstone (no value).
     pub value: serde_json::Value,
+    pub key: Option<String>,
     pub batch: Option<u64>,
     pub checkpoint: Option<String>,
 }
@@ -173,13 +175,14 @@ pub fn read_topic(brokers: &str, topic: &str, done: impl Fn(&[Out]) -> bool, tim
     while !done(&out) {
         assert!(Instant::now() < deadline, "{topic}: only {} records after {timeout:?}", out.len());
         if let Some(Ok(m)) = consumer.poll(Duration::from_millis(50)) {
-            let value = serde_json::from_slice(m.payload().unwrap_or_default()).unwrap();
+            let value = m.payload().map_or(serde_json::Value::Null, |p| serde_json::from_slice(p).unwrap());
+            let key = m.key().map(|k| String::from_utf8(k.to_vec()).unwrap());
             let header = |name: &str| {
                 let hs = m.headers()?;
                 hs.iter().find(|h| h.key == name).and_then(|h| Some(std::str::from_utf8(h.value?).ok()?.to_string()))
             };
             let batch = header("weir.batch").and_then(|b| b.parse().ok());
-            out.push(Out { value, batch, checkpoint: header("weir.checkpoint") });
+            out.push(Out { value, key, batch, checkpoint: header("weir.checkpoint") });
         }
     }
     out

@@ -14,11 +14,11 @@ use serde::de::IgnoredAny;
 
 use super::WindowAcc;
 use crate::isolate;
+use crate::json;
 use crate::operator::{FailedWindow, OperatorError};
 use crate::pipeline::FailurePolicy;
 use crate::plugin::{AggregateFns, PluginError};
 use crate::sink::Rows;
-use crate::{columns, json};
 
 /// Windows per `merge` or `finish` call at most.
 const WINDOWS_PER_CALL: usize = 10_000;
@@ -108,7 +108,7 @@ pub(super) fn finish(
             Ok(row) if row.is_empty() => continue, // the plugin chose not to emit this window
             Ok(row) => match body(&row) {
                 Ok(body) => {
-                    columns::push(&mut out.rows, &mut out.row_ends, &line(&w, body))?;
+                    out.push(&window_key(w.start, w.end, &w.key), &line(&w, body))?;
                     added += 1;
                     continue;
                 }
@@ -119,6 +119,19 @@ pub(super) fn finish(
         failed.push(FailedWindow { start: w.start, end: w.end, key: w.key, accs: vec![w.acc], kind, error });
     }
     Ok(added)
+}
+
+/// A window's row key: `[start,end,"key"]` (`[start,end]` unkeyed), the JSON of the fields the
+/// host puts in its row. The same window and key always get the same message key, so a
+/// compacted topic keeps a window's latest row.
+pub(super) fn window_key(start: i64, end: i64, key: &[u8]) -> Vec<u8> {
+    let mut k = format!("[{start},{end}").into_bytes();
+    if !key.is_empty() {
+        k.push(b',');
+        k.extend_from_slice(&serde_json::to_vec(&String::from_utf8_lossy(key)).unwrap_or_else(|_| b"\"\"".to_vec()));
+    }
+    k.push(b']');
+    k
 }
 
 /// The result row: the window, the key (keyed windows), then the plugin's fields.

@@ -31,7 +31,7 @@ pub(crate) fn operator(
     match w.window {
         WindowSpec::Panes { size, slide, offset } => {
             let panes = crate::window::Panes { size, slide, offset };
-            Box::new(panes::PaneOperator::new(panes, lateness, w.output, agg, policy))
+            Box::new(panes::PaneOperator::new(panes, lateness, w.output, agg, policy).with_tombstones(w.tombstones))
         }
         WindowSpec::Session { gap } => Box::new(sessions::SessionOperator::new(gap, lateness, w.output, agg, policy)),
     }

@@ -3,7 +3,8 @@
 //! window is emitted. Tumbling is one pane per window, with no merge.
 //!
 //! State: `p` + pane start + key → accumulator. A pane is deleted once the last window covering
-//! it is final.
+//! it is final. In update mode with `output.tombstones`, a window that had state and became
+//! final leaves a tombstone after its last row: its entry in the changelog is gone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,6 +30,8 @@ pub(super) struct PaneOperator {
     policy: Policy,
     /// (pane, key) changed in the current batch, for update mode.
     changed: Vec<(i64, Vec<u8>)>,
+    /// Update mode: a tombstone for each window that becomes final.
+    tombstones: bool,
 }
 
 impl PaneOperator {
@@ -39,7 +42,13 @@ impl PaneOperator {
         agg: Box<dyn AggregateFns>,
         policy: Policy,
     ) -> Self {
-        Self { panes, lateness, mode, agg, policy, changed: Vec::new() }
+        Self { panes, lateness, mode, agg, policy, changed: Vec::new(), tombstones: false }
+    }
+
+    /// Tombstones for windows that become final (`output.tombstones`; update mode only).
+    pub(super) fn with_tombstones(mut self, on: bool) -> Self {
+        self.tombstones = on && self.mode == OutputMode::Update;
+        self
     }
 }
 
@@ -153,8 +162,13 @@ impl Operator for PaneOperator {
         out: &mut Rows,
     ) -> Result<Advanced, OperatorError> {
         let mut failed = Vec::new();
-        let windows = self.windows_leaving(from, to, state, &mut failed)?;
+        let mut finals = BTreeSet::new();
+        let windows = self.windows_leaving(from, to, state, &mut failed, &mut finals)?;
         let emitted = emit::finish(windows, self.agg.as_mut(), &self.policy, out, &mut failed)?;
+        let size = self.panes.size;
+        for (start, key) in finals {
+            out.push_tombstone(&emit::window_key(start, start.saturating_add(size), &key))?;
+        }
         Ok(Advanced { emitted, failed })
     }
 
@@ -167,13 +181,15 @@ impl Operator for PaneOperator {
 impl PaneOperator {
     /// The windows that leave as the watermark moves from `previous` to `watermark` (sorted by
     /// start, then key), their panes merged (windows whose merge fails go to `failed`); drops the
-    /// panes no window needs any more.
+    /// panes no window needs any more. With tombstones, `finals` gets the windows with state
+    /// that became final.
     fn windows_leaving(
         &mut self,
         previous: i64,
         watermark: i64,
         state: &mut StateStore,
         failed: &mut Vec<crate::operator::FailedWindow>,
+        finals: &mut BTreeSet<(i64, Vec<u8>)>,
     ) -> Result<Vec<WindowAcc>, OperatorError> {
         let (was, now) = (bound(previous, self.lateness), bound(watermark, self.lateness));
         let size = self.panes.size;
@@ -210,6 +226,9 @@ impl PaneOperator {
                 };
                 if take {
                     windows.entry((s, key.to_vec())).or_default().push(acc.clone());
+                }
+                if self.tombstones && end > was && end <= now {
+                    finals.insert((s, key.to_vec()));
                 }
             }
             if self.panes.last_window_end(pane) <= now {

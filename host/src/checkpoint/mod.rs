@@ -97,6 +97,10 @@ pub(crate) struct Planned {
     #[serde(default)]
     pub flush: bool,
     pub planned_at_ms: i64,
+    /// Where the operator's side inputs (a join's table) end for this batch (`None`: it has
+    /// none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub side: Option<Offsets>,
 }
 
 /// `commits/N`: a batch done.
@@ -355,6 +359,7 @@ mod tests {
                 idle: vec![(0, 1)],
                 flush: false,
                 planned_at_ms: 1,
+                side: None,
             };
             c.plan(&p, &mut Syncs::default()).unwrap();
             assert_eq!(c.planned(id).unwrap(), Some(p));

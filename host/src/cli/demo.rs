@@ -14,7 +14,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::columns;
 use crate::driver::{self, Flush, Output, RunOptions, Stages};
 use crate::pipeline::{Pipeline, SourceKind};
 use crate::plugin::Runtime;
@@ -101,7 +100,7 @@ struct Alerts<W: Write> {
 
 impl<W: Write + Send> RowSink for Alerts<W> {
     fn deliver(&mut self, _: &Delivery, rows: &Rows) -> Result<(), SinkError> {
-        for row in columns::items(&rows.rows, &rows.row_ends) {
+        for (_, row) in rows.iter().filter(|(_, row)| !row.is_empty()) {
             let v: serde_json::Value = serde_json::from_slice(row).map_err(std::io::Error::other)?;
             let num = |k: &str| v.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
             let start = v.get("window_start").and_then(serde_json::Value::as_i64).unwrap_or(0);

@@ -108,6 +108,7 @@ impl Run {
                         }
                     };
                     let idle = self.time.as_ref().map(|w| w.idle(Instant::now())).unwrap_or_default();
+                    let side = self.operator.plan_side()?;
                     let plan = Planned {
                         batch_id: *batch_id,
                         start: ingested.start.clone(),
@@ -115,6 +116,7 @@ impl Run {
                         idle,
                         flush,
                         planned_at_ms: now_ms(),
+                        side,
                     };
                     let t = Instant::now();
                     self.checkpoint.plan(&plan, &mut self.syncs)?;
@@ -155,10 +157,12 @@ impl Run {
         plan: &Planned,
     ) -> Result<BatchProgress, RunError> {
         self.operator.set_processing_time(plan.planned_at_ms);
+        let side = self.operator.take_side(plan.side.as_ref(), &mut self.state)?;
         let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
+        report.dead_letters += self.dead.side(batch_id, &side)?;
         // Only rows need the plans and states before them on disk (checkpoint/mod.rs): a batch
         // that delivers none leaves its syncs running, for the next batch that does to wait for.
-        if !rows.row_ends.is_empty() || self.syncs.pending() >= MAX_PENDING_SYNCS {
+        if !rows.is_empty() || self.syncs.pending() >= MAX_PENDING_SYNCS {
             let t = Instant::now();
             self.syncs.wait()?;
             report.durations.sync_wait_ms = ms(t);
@@ -286,7 +290,7 @@ impl Run {
         let mut rows = Rows::default();
         let (op, state) = (&mut self.operator, &mut self.state);
         let (set_aside, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
-            let mark = (state.savepoint(), op.mark(), rows.rows.len(), rows.row_ends.len());
+            let mark = (state.savepoint(), op.mark(), rows.mark());
             let result = if r.len() == events.times.len() {
                 op.process(&events, in_force, state, &mut rows)
             } else {
@@ -295,8 +299,7 @@ impl Run {
             if result.is_err() {
                 state.rollback(mark.0);
                 op.rollback(mark.1);
-                rows.rows.truncate(mark.2);
-                rows.row_ends.truncate(mark.3);
+                rows.truncate(mark.2);
             }
             result
         })?;
@@ -304,6 +307,7 @@ impl Run {
         state.release();
         report.late_events = set_aside.late.len();
         report.duplicates = set_aside.duplicates;
+        report.unmatched = set_aside.unmatched;
         if let Some(side) = self.late.as_mut() {
             side.write(batch_id, batch, &events, &set_aside.late, in_force)?;
         }
@@ -349,7 +353,7 @@ impl Run {
         let invalid = set_aside.invalid.iter().map(|(i, why)| Failure::invalid(*i as usize, why.clone()));
         report.dead_letters +=
             self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
-        report.rows_out = rows.row_ends.len();
+        report.rows_out = rows.len();
         report.state_keys = self.state.estimated_keys();
         report.durations = d;
         Ok((rows, report))

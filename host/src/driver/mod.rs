@@ -77,6 +77,7 @@ impl RunError {
         matches!(
             self,
             RunError::Source(SourceError::Kafka(KafkaError::Stopped))
+                | RunError::Operator(OperatorError::Source(SourceError::Kafka(KafkaError::Stopped)))
                 | RunError::Sink(SinkError::Kafka(KafkaError::Stopped))
                 | RunError::Plugin(PluginError::Stopped { .. })
         )
@@ -88,6 +89,7 @@ impl RunError {
         match self {
             RunError::Plugin(e) => e.is_config(),
             RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. }) => true,
+            RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
             RunError::Checkpoint(CheckpointError::Foreign { .. }) => true,
             _ => false,

@@ -1,4 +1,4 @@
-//! The stages a run is made of (parsers, transforms, the operator, the sink), built in one place.
+//! The stages a run is made of (parsers, transforms, the operators, the sink), built in one place.
 //! The driver runs whatever it is given: [`Stages::wasm`] builds a pipeline's own plugins,
 //! `native::stages` the host-code baseline that `weir bench --native` measures the sandbox
 //! against, and a test may put a run together from stages of its own.
@@ -13,7 +13,8 @@ use crate::operator::Operator;
 use crate::operator::dedup::Deduplicate;
 use crate::operator::passthrough::PassThrough;
 use crate::operator::processor::KeyedProcess;
-use crate::pipeline::{Keyed, Pipeline, SinkConfig, Stateful, Trigger};
+use crate::operator::table_join::TableJoin;
+use crate::pipeline::{Keyed, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
 use crate::sink::{KafkaSink, LineSink, RowSink, SinkError, WasmSink};
 
@@ -56,33 +57,35 @@ impl Stages {
             .map(|t| Ok(Box::new(Transformer::new(runtime, t.clone())?) as Box<dyn TransformFns>))
             .collect::<Result<_, PluginError>>()?;
         let policy = Policy { failure: p.failure, stop: stop.clone() };
-        let operator: Box<dyn Operator> = match &p.stateful {
-            Some(s) => chain(
-                s,
-                match &s.keyed {
-                    Keyed::Window(w) => {
-                        let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
-                        crate::aggregate::operator(w, &s.time, agg, policy)
-                    }
-                    Keyed::Process(spec) => {
-                        let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
-                        Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
-                    }
-                    Keyed::Rows => Box::new(PassThrough),
-                },
-            ),
+        let keyed: Box<dyn Operator> = match &p.stateful {
+            Some(s) => match &s.keyed {
+                Keyed::Window(w) => {
+                    let agg = Box::new(Aggregator::new(runtime, w.aggregate.clone())?);
+                    crate::aggregate::operator(w, &s.time, agg, policy)
+                }
+                Keyed::Process(spec) => {
+                    let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
+                    Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
+                }
+                Keyed::Rows => Box::new(PassThrough),
+            },
             None => Box::new(PassThrough),
         };
+        let operator = chain(p, keyed, stop);
         let sink = sink(p, output, Some(runtime), stop)?;
         Ok(Self { parsers, transforms, operator, sink, runtime: Some(runtime.clone()) })
     }
 }
 
-/// The stateful operator with what the pipeline puts in front of it (`[dedup]`).
-pub(crate) fn chain(s: &Stateful, keyed: Box<dyn Operator>) -> Box<dyn Operator> {
-    match &s.dedup {
-        Some(d) => Box::new(Deduplicate::new(d.clone(), keyed)),
+/// The keyed operator with what the pipeline puts in front of it: `[dedup]`, then `[join]`.
+pub(crate) fn chain(p: &Pipeline, keyed: Box<dyn Operator>, stop: &Arc<AtomicBool>) -> Box<dyn Operator> {
+    let joined: Box<dyn Operator> = match &p.join {
+        Some(j) => Box::new(TableJoin::new(j.clone(), p.bounded(), stop.clone(), keyed)),
         None => keyed,
+    };
+    match p.stateful.as_ref().and_then(|s| s.dedup.as_ref()) {
+        Some(d) => Box::new(Deduplicate::new(d.clone(), joined)),
+        None => joined,
     }
 }
 

@@ -123,6 +123,7 @@ impl Operator for Deduplicate {
         set_aside.late.sort_unstable();
         set_aside.invalid.extend(next.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
         set_aside.duplicates += next.duplicates;
+        set_aside.unmatched += next.unmatched;
         Ok(set_aside)
     }
 
@@ -153,6 +154,18 @@ impl Operator for Deduplicate {
         self.next.set_processing_time(planned_at_ms)
     }
 
+    fn plan_side(&mut self) -> Result<Option<crate::source::Offsets>, OperatorError> {
+        self.next.plan_side()
+    }
+
+    fn take_side(
+        &mut self,
+        end: Option<&crate::source::Offsets>,
+        state: &mut StateStore,
+    ) -> Result<Vec<crate::side_output::SideLetter>, OperatorError> {
+        self.next.take_side(end, state)
+    }
+
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
         // The keys kept hold nothing to emit: a flush waits only for what comes after.
         self.next.horizon(state)
@@ -163,7 +176,7 @@ impl Operator for Deduplicate {
     }
 
     fn fingerprint(&self) -> String {
-        let field = self.spec.field.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?}"));
+        let field = self.spec.field.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?} as text"));
         format!("dedup on {field} within {} ms, then {}", self.spec.within_ms, self.next.fingerprint())
     }
 

@@ -22,9 +22,12 @@
 pub(crate) mod dedup;
 pub(crate) mod passthrough;
 pub(crate) mod processor;
+pub(crate) mod table_join;
 
 use crate::plugin::{EventBatch, PluginError};
+use crate::side_output::SideLetter;
 use crate::sink::Rows;
+use crate::source::{Offsets, SourceError};
 use crate::state::{StateError, StateStore};
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +38,9 @@ pub(crate) enum OperatorError {
     State(#[from] StateError),
     #[error(transparent)]
     Columns(#[from] crate::columns::ColumnFull),
+    /// A side input (a join's table) could not be read.
+    #[error("join table: {0}")]
+    Source(#[from] SourceError),
     #[error("state entry {key:?} is corrupt: {message}")]
     Corrupt { key: String, message: String },
     #[error(
@@ -68,6 +74,10 @@ pub(crate) enum Scope {
     ProcessExpiry = b'l',
     /// The state format an operator wrote, by the operator's scope (`f` + `s`: sessions).
     Formats = b'f',
+    /// A join's table rows, by key (`table_join.rs`).
+    Table = b'j',
+    /// Where the join's table source stands (one entry).
+    TablePosition = b'o',
 }
 
 impl Scope {
@@ -79,19 +89,25 @@ impl Scope {
     }
 }
 
-/// An event's key for a keyed operator: the JSON text of its row's top-level `field` (as
-/// serde_json writes it, so `1` and `1.0` differ, `"a"` and `"\u0061"` do not), or the event's
-/// own key without one. `what` names the pipeline key in the error.
+/// An event's key for a keyed operator: the key of its row's top-level `field`
+/// ([`field_key`]), or the event's own key without one. `what` names the pipeline key in the
+/// error.
 pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
     let Some(field) = field else {
         return Ok(crate::columns::item(&events.keys, &events.key_ends, i).to_vec());
     };
-    let row = crate::columns::item(&events.rows, &events.row_ends, i);
-    let value: serde_json::Value =
-        serde_json::from_slice(row).map_err(|e| format!("{what}: the row is not JSON ({e})"))?;
+    field_key(crate::columns::item(&events.rows, &events.row_ends, i), field).map_err(|e| format!("{what}: {e}"))
+}
+
+/// The key a row's top-level `field` gives: a string's own text, any other value's JSON text
+/// (as serde_json writes it, so `1` and `1.0` differ). So a key field holding `"u1"` and a
+/// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
+pub(crate) fn field_key(row: &[u8], field: &str) -> Result<Vec<u8>, String> {
+    let value: serde_json::Value = serde_json::from_slice(row).map_err(|e| format!("the row is not JSON ({e})"))?;
     match value.get(field) {
-        Some(v) => serde_json::to_vec(v).map_err(|e| format!("{what}: {e}")),
-        None => Err(format!("{what}: the row has no field {field:?} to key by")),
+        Some(serde_json::Value::String(s)) => Ok(s.as_bytes().to_vec()),
+        Some(v) => serde_json::to_vec(v).map_err(|e| e.to_string()),
+        None => Err(format!("the row has no field {field:?} to key by")),
     }
 }
 
@@ -100,6 +116,8 @@ pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i:
 pub(crate) struct Processed {
     /// Dropped as repeats of an event kept earlier (`dedup.rs`).
     pub duplicates: usize,
+    /// Dropped by an inner join: no table row has their key (`table_join.rs`).
+    pub unmatched: usize,
     /// Late for everything they belong to.
     pub late: Vec<u32>,
     /// Events the operator cannot place, with why (an event time whose windows would fall
@@ -169,6 +187,21 @@ pub(crate) trait Operator: Send {
     /// nothing). A flush at the end of input advances to it, and not to +∞, so the next run on
     /// the checkpoint judges lateness as if the stream had gone on.
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError>;
+
+    /// Reads the operator's side inputs (a join's table) as far as they go now, for the batch
+    /// being planned, and says where that is: the plan records it, so that a re-run reads the
+    /// same. `None`: it has none. Called for new batches only, just before each is planned.
+    fn plan_side(&mut self) -> Result<Option<Offsets>, OperatorError> {
+        Ok(None)
+    }
+
+    /// Before each batch's `process`: takes in its side inputs up to `end`, where its plan
+    /// says they end (the records [`Operator::plan_side`] read, or, for a batch planned before
+    /// a restart, a read to there), staging their changes like state. Returns the side records
+    /// it could not take, for the dead letters.
+    fn take_side(&mut self, _end: Option<&Offsets>, _state: &mut StateStore) -> Result<Vec<SideLetter>, OperatorError> {
+        Ok(Vec::new())
+    }
 
     /// The processing time of the batch about to run, as its plan recorded it (so a re-run
     /// batch sees the same): called before each batch's `process`. Only operators with

@@ -1,4 +1,5 @@
-//! The operator of a stateless pipeline: each event's row goes to the sink as it is, in order.
+//! The operator of a stateless pipeline: each event's row goes to the sink as it is, in order,
+//! under the event's key.
 //! Nothing is held, so nothing is ever late and nothing waits for the watermark. Rows leave Weir
 //! here, so each is checked to be valid JSON (`json::check_object`); one that is not is a dead
 //! letter, never output.
@@ -24,9 +25,10 @@ impl Operator for PassThrough {
         out: &mut Rows,
     ) -> Result<Processed, OperatorError> {
         let mut set_aside = Processed::default();
-        for (i, row) in columns::items(&events.rows, &events.row_ends).enumerate() {
+        let keys = columns::items(&events.keys, &events.key_ends);
+        for (i, (row, key)) in columns::items(&events.rows, &events.row_ends).zip(keys).enumerate() {
             match json::check_object(row) {
-                Ok(()) => columns::push(&mut out.rows, &mut out.row_ends, row)?,
+                Ok(()) => out.push(key, row)?,
                 Err(why) => set_aside.invalid.push((i as u32, why)),
             }
         }

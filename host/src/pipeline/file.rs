@@ -37,6 +37,7 @@ pub(super) struct PipelineFile {
     pub(super) transform: Vec<StageFile>,
     pub(super) watermark: Option<WatermarkFile>,
     pub(super) dedup: Option<DedupFile>,
+    pub(super) join: Option<JoinFile>,
     pub(super) window: Option<WindowFile>,
     pub(super) aggregate: Option<StageFile>,
     pub(super) process: Option<ProcessFile>,
@@ -114,6 +115,8 @@ pub(super) struct SinkFile {
     pub(super) topic: Option<String>,
     pub(super) kafka: Option<toml::Table>,
     pub(super) transactional: Option<bool>,
+    /// Kafka: the row field whose value keys each message (default: the row's own key).
+    pub(super) key: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -209,6 +212,21 @@ pub(super) struct DedupFile {
     pub(super) within: Option<Dur>,
 }
 
+/// `[join]`: a stream-table join.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct JoinFile {
+    /// The table's source, written like `[source]`.
+    pub(super) table: SourceFile,
+    /// A top-level field of the row to look up by (default: the event's key).
+    pub(super) on: Option<String>,
+    /// The field of the joined row that holds the table's row (default "table").
+    #[serde(rename = "as")]
+    pub(super) field: Option<String>,
+    #[serde(default)]
+    pub(super) kind: super::JoinKind,
+}
+
 /// `[process]`: a keyed processor plugin, in place of `[window]` and `[aggregate]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -252,6 +270,8 @@ pub(super) enum WindowKind {
 pub(super) struct OutputFile {
     #[serde(default)]
     pub(super) mode: OutputMode,
+    /// A tombstone (a key without a value) when a key's state is deleted: a changelog.
+    pub(super) tombstones: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -185,6 +185,8 @@ pub(crate) struct KafkaSinkConfig {
     /// `kafka.transactional.id`, else `weir-NAME`: stable across restarts, so a restarted
     /// pipeline fences its previous incarnation.
     pub transactional_id: String,
+    /// `sink.key`: the row field whose value keys each message; `None`: the row's own key.
+    pub key: Option<String>,
 }
 
 /// Default batch size for a replay: large enough that per-call costs vanish, small enough that
@@ -237,6 +239,33 @@ pub(crate) struct Dedup {
     pub within_ms: i64,
 }
 
+/// `[join]`: each event looked up by key in a table built from a keyed source
+/// (`operator/table_join.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct TableJoin {
+    /// Where the table's rows come from: each record upserts its key, an empty value deletes it.
+    pub table: SourceConfig,
+    /// The top-level row field whose value is the lookup key; `None`: the event's key.
+    pub on: Option<String>,
+    /// `join.as`: the field of the joined row that holds the table's row.
+    pub field: String,
+    pub kind: JoinKind,
+}
+
+/// Which events a join lets through.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum JoinKind {
+    /// Only events whose key the table has.
+    #[default]
+    Inner,
+    /// Every event; the table's field is `null` where the table has no row for the key.
+    Left,
+}
+
+/// `join.as` without one.
+pub(crate) const DEFAULT_JOIN_AS: &str = "table";
+
 /// What a stateful pipeline keeps state for: events (after `[dedup]`) in event time, into
 /// windows or a keyed processor.
 #[derive(Debug, Clone)]
@@ -272,6 +301,8 @@ pub(crate) struct Windowed {
     pub window: WindowSpec,
     pub aggregate: StageSpec,
     pub output: OutputMode,
+    /// `output.tombstones`: a tombstone when a window's state is dropped (update mode).
+    pub tombstones: bool,
 }
 
 /// `[process]`: a keyed processor plugin with state and timers (`operator/processor/`).
@@ -281,6 +312,8 @@ pub(crate) struct Process {
     /// The top-level row field whose JSON value is the key; `None`: the event's key.
     pub key: Option<String>,
     pub ttl: Option<Ttl>,
+    /// `output.tombstones`: a tombstone when a key's state is deleted.
+    pub tombstones: bool,
 }
 
 /// `process.ttl`: a key with no events for `ms` loses its state, without a call.
@@ -312,6 +345,8 @@ pub(crate) struct Pipeline {
     /// loop (the events are the same as with one).
     pub parse_parallelism: usize,
     pub transforms: Vec<StageSpec>,
+    /// `[join]`, between `[dedup]` and the window or processor.
+    pub join: Option<TableJoin>,
     pub stateful: Option<Stateful>,
     pub sink: Option<SinkConfig>,
     pub checkpoint: Option<PathBuf>,

@@ -308,3 +308,84 @@ fn a_bad_processor_table_names_the_key_and_the_fix() {
     let e = err(&with_process("[process]\nplugin = \"f.wasm\"").replace("[watermark]\n    delay = \"10 minutes\"", ""));
     assert!(e.contains("watermark: a stateful pipeline needs [watermark]"), "{e}");
 }
+
+const JOIN: &str = r#"
+    name = "enrich"
+    [source]
+    type = "replay"
+    path = "events.jsonl"
+    [parse]
+    plugin = "p.wasm"
+    [join]
+    table = { type = "replay", path = "users.jsonl" }
+    on = "user_id"
+"#;
+
+#[test]
+fn a_join_reads_its_table_like_a_source_and_defaults_to_inner_as_table() {
+    let p = Pipeline::parse(JOIN, Path::new("dir/p.toml")).unwrap();
+    let j = p.join.unwrap();
+    assert!(matches!(&j.table.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/users.jsonl")));
+    assert_eq!((j.on.as_deref(), j.field.as_str(), j.kind), (Some("user_id"), DEFAULT_JOIN_AS, JoinKind::Inner));
+    assert!(p.stateful.is_none(), "a join alone needs no watermark");
+
+    let kafka = JOIN.replace(
+        r#"{ type = "replay", path = "users.jsonl" }"#,
+        r#"{ type = "kafka", topics = ["users"], kafka.bootstrap.servers = "b:9092" }"#,
+    );
+    let j = Pipeline::parse(&format!("{kafka}as = \"u\"\nkind = \"left\""), Path::new("p.toml")).unwrap().join.unwrap();
+    assert!(
+        matches!(&j.table.kind, SourceKind::Kafka(k) if k.topics == ["users"] && k.group_id == "weir-enrich-table")
+    );
+    assert_eq!((j.field.as_str(), j.kind), ("u", JoinKind::Left));
+}
+
+#[test]
+fn a_bad_join_names_the_key_and_the_fix() {
+    let e = err(&JOIN.replace("users.jsonl\" }", "users.jsonl\", max_offsets_per_trigger = 5 }"));
+    assert!(e.contains("join.table.max_offsets_per_trigger") && e.contains("remove it"), "{e}");
+    let e = err(&JOIN.replace(r#"type = "replay", path = "users.jsonl""#, r#"type = "kafka", topics = ["u"]"#));
+    assert!(e.contains("join.table") && e.contains("`kafka`"), "{e}");
+    let e =
+        err(&JOIN.replace(r#"type = "replay", path = "users.jsonl""#, r#"type = "kafka", topics = ["u"], kafka = {}"#));
+    assert!(e.contains("join.table.kafka.bootstrap.servers"), "{e}");
+    let e = err(&format!("{JOIN}kind = \"outer\""));
+    assert!(e.contains("join.kind") && e.contains("`left`"), "{e}");
+    let e = err(&format!("{JOIN}as = \"\""));
+    assert!(e.contains("join.as"), "{e}");
+    let e = err(&JOIN.replace("[parse]", "[trigger]\nmode = \"continuous\"\n[parse]"));
+    assert!(e.contains("trigger.mode"), "{e}");
+}
+
+#[test]
+fn tombstones_need_state_that_is_deleted_and_a_sink_that_takes_keys() {
+    let kafka_sink = "[sink]\ntype = \"kafka\"\ntopic = \"t\"\nkafka.bootstrap.servers = \"b:9092\"\n";
+    let update = format!("{GOOD}\n[output]\nmode = \"update\"\ntombstones = true\n{kafka_sink}");
+    let p = Pipeline::parse(&update, Path::new("p.toml")).unwrap();
+    assert!(matches!(p.stateful.unwrap().keyed, Keyed::Window(w) if w.tombstones));
+
+    let e = err(&format!("{GOOD}\n[output]\ntombstones = true\n"));
+    assert!(e.contains("output.tombstones") && e.contains("update"), "{e}");
+    let e =
+        err(&update.replace("type = \"tumbling\"\n    size = \"1 minute\"", "type = \"session\"\ngap = \"1 minute\""));
+    assert!(e.contains("output.tombstones") && e.contains("session"), "{e}");
+    let e =
+        err(&update
+            .replace("type = \"kafka\"\ntopic = \"t\"\nkafka.bootstrap.servers = \"b:9092\"", "plugin = \"s.wasm\""));
+    assert!(e.contains("output.tombstones") && e.contains("Wasm sink"), "{e}");
+    let e = err(&format!("{update}key = \"key\"\n"));
+    assert!(e.contains("sink.key") && e.contains("tombstone"), "{e}");
+    let e = err(&format!("{JOIN}[output]\ntombstones = true\n"));
+    assert!(e.contains("output.tombstones"), "{e}");
+}
+
+#[test]
+fn the_kafka_sink_takes_a_key_field() {
+    let text = format!(
+        "{GOOD}\n[sink]\ntype = \"kafka\"\ntopic = \"t\"\nkey = \"user\"\nkafka.bootstrap.servers = \"b:9092\"\n"
+    );
+    let p = Pipeline::parse(&text, Path::new("p.toml")).unwrap();
+    assert!(matches!(p.sink, Some(SinkConfig::Kafka(k)) if k.key.as_deref() == Some("user")));
+    let e = err(&format!("{GOOD}\n[sink]\nplugin = \"s.wasm\"\nkey = \"user\"\n"));
+    assert!(e.contains("sink.key") && e.contains("Wasm"), "{e}");
+}

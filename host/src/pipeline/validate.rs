@@ -89,59 +89,26 @@ fn build(
         })
     };
 
-    let (kind, max_offsets_per_trigger) = match f.source {
-        SourceFile::Replay { path, format, max_offsets_per_trigger } => {
-            (SourceKind::Replay { path: rel(&path), format }, max_offsets_per_trigger)
-        }
-        SourceFile::Kafka {
-            topics,
-            partitions,
-            starting_offsets,
-            starting_timestamp,
-            max_offsets_per_trigger,
-            kafka,
-        } => {
-            let options = kafka_options("source.kafka", kafka, invalid)?;
-            if topics.is_empty() || topics.iter().any(String::is_empty) {
-                return Err(invalid("source.topics", "name at least one topic, e.g. topics = [\"orders\"]".into()));
+    let source = source_config("source", f.source, &name, &rel, invalid)?;
+    let join = match f.join {
+        None => None,
+        Some(j) => {
+            if let SourceFile::Replay { max_offsets_per_trigger: Some(_), .. }
+            | SourceFile::Kafka { max_offsets_per_trigger: Some(_), .. } = &j.table
+            {
+                return Err(invalid(
+                    "join.table.max_offsets_per_trigger",
+                    "a table is read as far as it goes when each batch is planned; remove it".into(),
+                ));
             }
-            let partitions = match partitions {
-                None => None,
-                Some(list) => Some(
-                    list.iter()
-                        .map(|tp| {
-                            let parsed = tp.rsplit_once(':').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?)));
-                            match parsed {
-                                Some((t, p)) if topics.contains(&t) => Ok((t, p)),
-                                _ => Err(invalid(
-                                    "source.partitions",
-                                    format!("`{tp}`: write \"topic:partition\" with a topic from source.topics"),
-                                )),
-                            }
-                        })
-                        .collect::<Result<Vec<_>, _>>()?,
-                ),
-            };
-            let starting = match (starting_timestamp, starting_offsets) {
-                (Some(ms), _) => StartingOffsets::Timestamp(ms),
-                (None, StartingFile::Earliest) => StartingOffsets::Earliest,
-                (None, StartingFile::Latest) => StartingOffsets::Latest,
-            };
-            let group_id = option(&options, "group.id").unwrap_or_else(|| format!("weir-{}", name));
-            (
-                SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }),
-                max_offsets_per_trigger,
-            )
+            Some(TableJoin {
+                // The table's consumer group (lag monitoring only) is not the stream's.
+                table: source_config("join.table", j.table, &format!("{name}-table"), &rel, invalid)?,
+                on: key_field("join.on", j.on, invalid)?,
+                field: key_field("join.as", j.field, invalid)?.unwrap_or_else(|| DEFAULT_JOIN_AS.to_string()),
+                kind: j.kind,
+            })
         }
-    };
-    if let Some(n) = max_offsets_per_trigger
-        && !(1..=MAX_OFFSETS_PER_TRIGGER).contains(&n)
-    {
-        return Err(invalid("source.max_offsets_per_trigger", format!("{n}: allowed 1 to {MAX_OFFSETS_PER_TRIGGER}")));
-    }
-    let source = SourceConfig {
-        kind,
-        max_offsets_per_trigger: max_offsets_per_trigger.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER),
     };
 
     let interval = |min: Duration, default: Duration| match f.trigger.interval {
@@ -177,6 +144,23 @@ fn build(
         .map(|(i, t)| stage(&format!("transform[{i}]"), t))
         .collect::<Result<Vec<_>, _>>()?;
 
+    let tombstones = f.output.tombstones.unwrap_or(false);
+    if tombstones && f.sink.as_ref().is_some_and(|s| s.kind == SinkKindFile::Wasm) {
+        return Err(invalid(
+            "output.tombstones",
+            "a Wasm sink gets rows without keys, so it cannot take a tombstone; write to a Kafka sink \
+             (type = \"kafka\"), or remove it"
+                .into(),
+        ));
+    }
+    if tombstones && f.sink.as_ref().is_some_and(|s| s.key.is_some()) {
+        return Err(invalid(
+            "sink.key",
+            "a tombstone has no row to take a key field from, so it would go under another key than the \
+             rows it deletes; with output.tombstones, leave sink.key out (rows keep the operator's key)"
+                .into(),
+        ));
+    }
     let stateful = match (f.window, f.aggregate, f.process, f.watermark) {
         (None, None, None, None) if f.dedup.is_some() => {
             return Err(invalid(
@@ -187,6 +171,14 @@ fn build(
             ));
         }
         (None, None, None, None) => {
+            if tombstones {
+                return Err(invalid(
+                    "output.tombstones",
+                    "only state that is deleted makes a tombstone: a window in update mode or a [process]; \
+                     remove it"
+                        .into(),
+                ));
+            }
             if f.output.mode != OutputMode::Append {
                 return Err(invalid("output.mode", "only `append` applies to a pipeline without [window]".into()));
             }
@@ -246,11 +238,32 @@ fn build(
                 }),
             };
             let keyed = match (w, a, p) {
-                (Some(w), Some(a), None) => Keyed::Window(Windowed {
-                    window: window_spec(w, invalid)?,
-                    aggregate: stage("aggregate", a)?,
-                    output: f.output.mode,
-                }),
+                (Some(w), Some(a), None) => {
+                    let window = window_spec(w, invalid)?;
+                    if tombstones && f.output.mode != OutputMode::Update {
+                        return Err(invalid(
+                            "output.tombstones",
+                            "a window's state is dropped as it becomes final; only mode = \"update\" makes that \
+                             a change worth a tombstone. Set output.mode = \"update\", or remove it"
+                                .into(),
+                        ));
+                    }
+                    if tombstones && matches!(window, WindowSpec::Session { .. }) {
+                        return Err(invalid(
+                            "output.tombstones",
+                            "a session's key (its start and end) changes as it grows and merges, so its \
+                             changelog would keep stale keys; tombstones apply to tumbling and sliding windows \
+                             and to [process]. Remove it"
+                                .into(),
+                        ));
+                    }
+                    Keyed::Window(Windowed {
+                        window,
+                        aggregate: stage("aggregate", a)?,
+                        output: f.output.mode,
+                        tombstones,
+                    })
+                }
                 (None, None, Some(p)) => {
                     if f.output.mode != OutputMode::Append {
                         return Err(invalid(
@@ -279,9 +292,17 @@ fn build(
                             limits: p.limits,
                         },
                     )?;
-                    Keyed::Process(Process { plugin, key, ttl })
+                    Keyed::Process(Process { plugin, key, ttl, tombstones })
                 }
                 (None, None, None) => {
+                    if tombstones {
+                        return Err(invalid(
+                            "output.tombstones",
+                            "only state that is deleted makes a tombstone: a window in update mode or a \
+                             [process]; remove it"
+                                .into(),
+                        ));
+                    }
                     if f.output.mode != OutputMode::Append {
                         return Err(invalid(
                             "output.mode",
@@ -296,7 +317,7 @@ fn build(
         }
     };
 
-    if matches!(trigger, Trigger::Continuous { .. }) && stateful.is_some() {
+    if matches!(trigger, Trigger::Continuous { .. }) && (stateful.is_some() || join.is_some()) {
         return Err(invalid(
             "trigger.mode",
             "\"continuous\" runs stateless pipelines (parse, transform, sink); a stateful pipeline needs \
@@ -316,6 +337,7 @@ fn build(
         parse,
         parse_parallelism,
         transforms,
+        join,
         stateful,
         sink,
         checkpoint: f.checkpoint.map(|c| rel(&c.location)),
@@ -334,6 +356,76 @@ fn build(
                 None => FailurePolicy::default().backoff,
             },
         },
+    })
+}
+
+/// `[source]`, or a source written like it under `key` (`join.table`).
+fn source_config(
+    key: &str,
+    f: SourceFile,
+    name: &str,
+    rel: &dyn Fn(&Path) -> std::path::PathBuf,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SourceConfig, PipelineError> {
+    let (kind, max_offsets_per_trigger) = match f {
+        SourceFile::Replay { path, format, max_offsets_per_trigger } => {
+            (SourceKind::Replay { path: rel(&path), format }, max_offsets_per_trigger)
+        }
+        SourceFile::Kafka {
+            topics,
+            partitions,
+            starting_offsets,
+            starting_timestamp,
+            max_offsets_per_trigger,
+            kafka,
+        } => {
+            let options = kafka_options(&format!("{key}.kafka"), kafka, invalid)?;
+            if topics.is_empty() || topics.iter().any(String::is_empty) {
+                return Err(invalid(
+                    &format!("{key}.topics"),
+                    "name at least one topic, e.g. topics = [\"orders\"]".into(),
+                ));
+            }
+            let partitions = match partitions {
+                None => None,
+                Some(list) => Some(
+                    list.iter()
+                        .map(|tp| {
+                            let parsed = tp.rsplit_once(':').and_then(|(t, p)| Some((t.to_string(), p.parse().ok()?)));
+                            match parsed {
+                                Some((t, p)) if topics.contains(&t) => Ok((t, p)),
+                                _ => Err(invalid(
+                                    &format!("{key}.partitions"),
+                                    format!("`{tp}`: write \"topic:partition\" with a topic from {key}.topics"),
+                                )),
+                            }
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
+            };
+            let starting = match (starting_timestamp, starting_offsets) {
+                (Some(ms), _) => StartingOffsets::Timestamp(ms),
+                (None, StartingFile::Earliest) => StartingOffsets::Earliest,
+                (None, StartingFile::Latest) => StartingOffsets::Latest,
+            };
+            let group_id = option(&options, "group.id").unwrap_or_else(|| format!("weir-{name}"));
+            (
+                SourceKind::Kafka(KafkaSourceConfig { topics, partitions, starting, options, group_id }),
+                max_offsets_per_trigger,
+            )
+        }
+    };
+    if let Some(n) = max_offsets_per_trigger
+        && !(1..=MAX_OFFSETS_PER_TRIGGER).contains(&n)
+    {
+        return Err(invalid(
+            &format!("{key}.max_offsets_per_trigger"),
+            format!("{n}: allowed 1 to {MAX_OFFSETS_PER_TRIGGER}"),
+        ));
+    }
+    Ok(SourceConfig {
+        kind,
+        max_offsets_per_trigger: max_offsets_per_trigger.unwrap_or(DEFAULT_MAX_OFFSETS_PER_TRIGGER),
     })
 }
 
@@ -356,6 +448,7 @@ fn sink_config(
             not_for("topic", s.topic.is_some(), "Wasm")?;
             not_for("kafka", s.kafka.is_some(), "Wasm")?;
             not_for("transactional", s.transactional.is_some(), "Wasm")?;
+            not_for("key", s.key.is_some(), "Wasm")?;
             let plugin = s.plugin.ok_or_else(|| {
                 invalid(
                     "sink.plugin",
@@ -393,6 +486,7 @@ fn sink_config(
                 options,
                 transactional: s.transactional.unwrap_or(!continuous),
                 transactional_id,
+                key: key_field("sink.key", s.key, invalid)?,
             }))
         }
     }

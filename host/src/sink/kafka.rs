@@ -1,6 +1,8 @@
 //! The native Kafka sink: each row a message (the row's JSON as value), each message tagged with
 //! its delivery: the checkpoint's identity in the `weir.checkpoint` header and the batch id in
-//! `weir.batch`.
+//! `weir.batch`. A message's key is its row's key (the operator's: `sink/mod.rs`), or the row's
+//! field `sink.key`; a tombstone is a message with a key and no value, which a compacted topic
+//! keeps only until it has dropped the key's earlier values.
 //!
 //! Transactional (the default for micro-batch triggers): an idempotent producer with a stable
 //! `transactional.id` produces each batch in one transaction, so `read_committed` consumers see
@@ -32,7 +34,6 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::{Barrier, Delivery, RowSink, Rows, SinkError};
-use crate::columns;
 use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
 use crate::pipeline::KafkaSinkConfig;
 
@@ -120,6 +121,8 @@ pub(crate) struct KafkaSink {
     /// Messages sent so far: the next one's number.
     sent: u64,
     topic: String,
+    /// `sink.key`: the row field whose value keys each message, instead of the row's own key.
+    key_field: Option<String>,
     /// Connection options, for the start-up scan's consumer.
     options: Vec<(String, String)>,
     transactional: bool,
@@ -142,6 +145,7 @@ impl KafkaSink {
             producer: Arc::new(producer),
             sent: 0,
             topic: cfg.topic.clone(),
+            key_field: cfg.key.clone(),
             options: connection_options(&cfg.options),
             transactional: cfg.transactional,
             lazy_acks: continuous && !cfg.transactional,
@@ -169,13 +173,26 @@ impl KafkaSink {
 
     fn produce(&mut self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
         let id = d.batch_id.to_string();
-        for row in columns::items(&rows.rows, &rows.row_ends) {
+        for (key, row) in rows.iter() {
             let headers = OwnedHeaders::new()
                 .insert(Header { key: CHECKPOINT_HEADER, value: Some(d.checkpoint) })
                 .insert(Header { key: BATCH_HEADER, value: Some(id.as_str()) });
             let n = self.sent as usize;
-            let mut record =
-                BaseRecord::<(), [u8], usize>::with_opaque_to(&self.topic, n).payload(row).headers(headers);
+            let field_key;
+            let key = match &self.key_field {
+                Some(field) if !row.is_empty() => {
+                    field_key = crate::operator::field_key(row, field).unwrap_or_default();
+                    &field_key[..]
+                }
+                _ => key,
+            };
+            let mut record = BaseRecord::<[u8], [u8], usize>::with_opaque_to(&self.topic, n).headers(headers);
+            if !key.is_empty() {
+                record = record.key(key);
+            }
+            if !row.is_empty() {
+                record = record.payload(row);
+            }
             loop {
                 match self.producer.send(record) {
                     Ok(()) => {
@@ -241,7 +258,7 @@ fn wait_for_acks(producer: &BaseProducer<Deliveries>, n: u64) -> Result<(), RdEr
 
 impl RowSink for KafkaSink {
     fn deliver(&mut self, d: &Delivery, rows: &Rows) -> Result<(), SinkError> {
-        if rows.row_ends.is_empty() || self.already_delivered(d)? {
+        if rows.is_empty() || self.already_delivered(d)? {
             return Ok(());
         }
         let what = format!("deliver batch {} to topic {}", d.batch_id, self.topic);

@@ -11,15 +11,68 @@ mod kafka;
 mod lines;
 mod wasm;
 
+use crate::columns::{self, ColumnFull};
 use crate::kafka::KafkaError;
-use crate::plugin::{PluginError, RowBatch};
+use crate::plugin::PluginError;
 
 pub(crate) use kafka::{KafkaSink, producer_config};
 pub(crate) use lines::LineSink;
 pub(crate) use wasm::WasmSink;
 
-/// Rows of one batch, flat: row `i` is `rows[row_ends[i-1]..row_ends[i]]`, a JSON object.
-pub(crate) type Rows = RowBatch;
+/// Rows of one batch, flat, each with its key: row `i` is `rows[row_ends[i-1]..row_ends[i]]`, a
+/// JSON object, and its key `keys[key_ends[i-1]..key_ends[i]]` (empty: none). The operator that
+/// made a row gave it its key: a window's is the window and its group key, a processor's the
+/// key it ran under, a stateless pipeline's the event's own (`docs/semantics.md`). An empty row
+/// is a tombstone: its key's entry no longer exists (`output.tombstones`).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Rows {
+    pub rows: Vec<u8>,
+    pub row_ends: Vec<u32>,
+    pub keys: Vec<u8>,
+    pub key_ends: Vec<u32>,
+}
+
+/// Where [`Rows`] stood, to [`Rows::truncate`] back to.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RowsMark(usize, usize, usize);
+
+impl Rows {
+    /// Appends a row under `key`; both columns checked before either grows.
+    pub(crate) fn push(&mut self, key: &[u8], row: &[u8]) -> Result<(), ColumnFull> {
+        columns::end_after(self.keys.len(), key.len())?;
+        columns::push(&mut self.rows, &mut self.row_ends, row)?;
+        columns::push(&mut self.keys, &mut self.key_ends, key)
+    }
+
+    /// Appends a tombstone for `key`.
+    pub(crate) fn push_tombstone(&mut self, key: &[u8]) -> Result<(), ColumnFull> {
+        self.push(key, b"")
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.row_ends.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.row_ends.is_empty()
+    }
+
+    /// Each row's key and the row (empty: a tombstone).
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        columns::items(&self.keys, &self.key_ends).zip(columns::items(&self.rows, &self.row_ends))
+    }
+
+    pub(crate) fn mark(&self) -> RowsMark {
+        RowsMark(self.rows.len(), self.keys.len(), self.row_ends.len())
+    }
+
+    pub(crate) fn truncate(&mut self, m: RowsMark) {
+        self.rows.truncate(m.0);
+        self.keys.truncate(m.1);
+        self.row_ends.truncate(m.2);
+        self.key_ends.truncate(m.2);
+    }
+}
 
 /// Which delivery a batch is. Exactly-once sinks dedupe on the pair: a batch id alone would make
 /// a replay from a fresh checkpoint, or a second pipeline writing to the same place, look like a

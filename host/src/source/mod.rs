@@ -230,6 +230,16 @@ impl Source {
         }
     }
 
+    /// Everything there is to read now, without waiting for more: how a side input (a join's
+    /// table) is read when a batch is planned. A file's last line without its newline is read
+    /// only when `to_the_end` (bounded input), as [`Source::next_batch`] does.
+    pub(crate) fn read_available(&mut self, to_the_end: bool) -> Result<SourceBatch, SourceError> {
+        match self {
+            Source::Replay(s) => Ok(s.next_batch(usize::MAX, to_the_end)?),
+            Source::Kafka(s) => Ok(s.read_available()?),
+        }
+    }
+
     /// Reads exactly up to `end`, a batch's recorded end: the re-run of a planned batch.
     pub(crate) fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
         match (self, end) {

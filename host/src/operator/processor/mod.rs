@@ -81,6 +81,7 @@ impl KeyedProcess {
                 TtlClock::ProcessingTime => e.touched_processing.saturating_add(ttl.ms),
             })
         };
+        let had_state = before.as_ref().is_some_and(|e| e.state.is_some());
         let old_expiry = before.as_ref().filter(|e| e.state.is_some()).and_then(expiry);
         let existed = before.is_some();
         let mut entry = before.unwrap_or(Entry { touched_event: i64::MIN, ..Entry::default() });
@@ -139,7 +140,12 @@ impl KeyedProcess {
             (true, false) => {}
             (false, _) => state.put(layout::key_entry(key), entry.encode()),
         }
-        columns::append(&mut out.rows, &mut out.row_ends, &result.rows, &result.row_ends)?;
+        for row in columns::items(&result.rows, &result.row_ends) {
+            out.push(key, row)?;
+        }
+        if self.spec.tombstones && had_state && entry.state.is_none() {
+            out.push_tombstone(key)?;
+        }
         Ok(Ok(()))
     }
 
@@ -225,8 +231,9 @@ impl KeyedProcess {
         Ok(advanced)
     }
 
-    /// Deletes the state of keys whose TTL ran out by `now` (on the TTL's clock).
-    fn expire(&self, now: i64, state: &mut StateStore) -> Result<(), OperatorError> {
+    /// Deletes the state of keys whose TTL ran out by `now` (on the TTL's clock), with a
+    /// tombstone each under `output.tombstones`.
+    fn expire(&self, now: i64, state: &mut StateStore, out: &mut Rows) -> Result<(), OperatorError> {
         if now == i64::MIN {
             return Ok(());
         }
@@ -235,7 +242,9 @@ impl KeyedProcess {
             let key = key.to_vec();
             state.delete(k);
             let Some(mut entry) = Self::entry(state, &key)? else { continue };
-            entry.state = None;
+            if entry.state.take().is_some() && self.spec.tombstones {
+                out.push_tombstone(&key)?;
+            }
             let k = layout::key_entry(&key);
             if entry.is_empty() {
                 state.delete(k);
@@ -252,7 +261,7 @@ fn state_bytes(e: &Option<Entry>) -> usize {
 }
 
 fn rows_in(out: &Rows) -> usize {
-    out.row_ends.len()
+    out.len()
 }
 
 fn corrupt(k: &[u8], message: String) -> OperatorError {
@@ -378,7 +387,7 @@ impl Operator for KeyedProcess {
                 TtlClock::EventTime => to,
                 TtlClock::ProcessingTime => self.processing_time,
             };
-            self.expire(now, state)?;
+            self.expire(now, state, out)?;
         }
         Ok(advanced)
     }
@@ -396,7 +405,7 @@ impl Operator for KeyedProcess {
     }
 
     fn fingerprint(&self) -> String {
-        let key = self.spec.key.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?}"));
+        let key = self.spec.key.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?} as text"));
         let ttl = match self.spec.ttl {
             None => "no ttl".to_string(),
             Some(t) => format!("ttl {} ms of {:?}", t.ms, t.clock),

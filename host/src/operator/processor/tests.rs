@@ -103,7 +103,7 @@ fn policy() -> Policy {
 
 fn operator(ttl: Option<Ttl>, max_timers: usize) -> KeyedProcess {
     let counter = Counter { max_timers, seen: Default::default() };
-    KeyedProcess::new(Process { plugin: spec(), key: None, ttl }, 0, Box::new(counter), policy())
+    KeyedProcess::new(Process { plugin: spec(), key: None, ttl, tombstones: false }, 0, Box::new(counter), policy())
 }
 
 fn spec() -> crate::plugin::StageSpec {
@@ -251,7 +251,7 @@ fn keys_reach_the_plugin_in_key_order_and_their_events_in_event_time_order() {
     let seen = std::sync::Arc::default();
     let counter = Counter { max_timers: 10, seen: std::sync::Arc::clone(&seen) };
     let mut h = Harness::new(KeyedProcess::new(
-        Process { plugin: spec(), key: None, ttl: None },
+        Process { plugin: spec(), key: None, ttl: None, tombstones: false },
         0,
         Box::new(counter),
         policy(),
@@ -297,10 +297,38 @@ fn another_state_version_migrates_every_key_s_state_and_keeps_its_timers() {
     let meta = b"{}".to_vec();
     h.state.commit(&meta, &mut crate::checkpoint::Syncs::default()).unwrap();
     let v2 = Migrating(Counter { max_timers: 10, seen: Default::default() });
-    let mut op = KeyedProcess::new(Process { plugin: spec(), key: None, ttl: None }, 0, Box::new(v2), policy());
+    let mut op = KeyedProcess::new(
+        Process { plugin: spec(), key: None, ttl: None, tombstones: false },
+        0,
+        Box::new(v2),
+        policy(),
+    );
     let opened = op.open(&mut h.state, Some(1)).unwrap();
     assert_eq!(opened, Opened { state_version: Some(2), migrated: Some(2) });
     h.op = op;
     let (out, _) = h.batch(0, &[(10, "a", ""), (10, "b", "")], 60);
     assert_eq!(out, vec![r#"{"key":"a","n":1003}"#, r#"{"key":"b","n":1002}"#, r#"{"key":"a","fired":50}"#]);
+}
+
+#[test]
+fn rows_carry_the_key_and_a_key_whose_state_expires_leaves_a_tombstone() {
+    let ttl = Ttl { ms: 100, clock: TtlClock::EventTime };
+    let counter = Counter { max_timers: 10, seen: Default::default() };
+    let spec = Process { plugin: spec(), key: None, ttl: Some(ttl), tombstones: true };
+    let mut h = Harness::new(KeyedProcess::new(spec, 0, Box::new(counter), policy()));
+    let keyed = |h: &mut Harness, items: &[(i64, &str, &str)], to: i64| {
+        let mut out = Rows::default();
+        h.op.process(&events(items), h.watermark, &mut h.state, &mut out).unwrap();
+        h.op.advance(h.watermark, to, &mut h.state, &mut out).unwrap();
+        h.watermark = to;
+        out.iter()
+            .map(|(k, r)| (String::from_utf8_lossy(k).into_owned(), String::from_utf8_lossy(r).into_owned()))
+            .collect::<Vec<_>>()
+    };
+    let out = keyed(&mut h, &[(1_000, "a", ""), (1_060, "b", "")], 1_050);
+    assert_eq!(out, vec![("a".into(), r#"{"key":"a","n":1}"#.into()), ("b".into(), r#"{"key":"b","n":1}"#.into())]);
+    // a's state expires at 1100, b's at 1160: one tombstone each, once.
+    assert_eq!(keyed(&mut h, &[], 1_100), vec![("a".to_string(), String::new())]);
+    assert_eq!(keyed(&mut h, &[], 1_200), vec![("b".to_string(), String::new())]);
+    assert!(keyed(&mut h, &[], 1_300).is_empty());
 }

@@ -219,6 +219,13 @@ impl KafkaSource {
         self.read_to(&ends).map(Some)
     }
 
+    /// Everything the broker has now, without waiting for more: a side input's read.
+    pub(crate) fn read_available(&mut self) -> Result<SourceBatch, KafkaError> {
+        let highs = self.high_watermarks(i64::MAX)?;
+        let ends: Vec<i64> = self.parts.iter().zip(&highs).map(|(p, &high)| high.max(p.next)).collect();
+        self.read_to(&ends)
+    }
+
     /// Reads exactly up to a recorded batch end.
     pub(crate) fn read_until(&mut self, end: &[TopicOffset]) -> Result<SourceBatch, KafkaError> {
         let ends: Vec<i64> = self

@@ -1,0 +1,305 @@
+//! The stream-table join (`[join]`), in front of another operator: each event is looked up by
+//! key in a table, and the joined row (the event's row with the table's row under `join.as`)
+//! goes on. The table is built from a keyed source, a topic (a compacted one, or any changelog)
+//! or a recorded-events file: each record upserts its key's row, and one with an empty value (a
+//! tombstone) deletes it. Kafka Streams' stream-table join and Spark's stream-static join are the
+//! models; unlike Spark's static side, the table moves while the stream runs.
+//!
+//! Exactly-once rests on the plan. When a batch is planned, the table's source is read as far
+//! as it goes ([`Operator::plan_side`]) and the plan records where that is; the batch applies
+//! those records before its events are looked up ([`Operator::take_side`]), and a re-run after
+//! a crash reads the table's source to the same place. So a batch's events always meet the same
+//! table, and the table (in RocksDB, under [`Scope::Table`]) and its position (under
+//! [`Scope::TablePosition`]) commit with the batch's state.
+//!
+//! A table record without a key, with a value that is not a JSON object, or that its source
+//! could not decode is a dead letter (stage `join`), and the table keeps what it had for the key.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use serde::de::IgnoredAny;
+
+use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
+use crate::columns;
+use crate::pipeline::{JoinKind, TableJoin as Spec};
+use crate::plugin::EventBatch;
+use crate::side_output::SideLetter;
+use crate::sink::Rows;
+use crate::source::{Offsets, Source, SourceBatch};
+use crate::state::StateStore;
+
+pub(crate) struct TableJoin {
+    spec: Spec,
+    /// Read a table file's last line without its newline (bounded input).
+    to_the_end: bool,
+    stop: Arc<AtomicBool>,
+    /// The table's source, opened at the position the state holds.
+    source: Option<Source>,
+    /// What [`Operator::plan_side`] read, with where it ends, for the batch being planned.
+    pending: Option<(SourceBatch, Offsets)>,
+    /// The operator the joined events go on to.
+    next: Box<dyn Operator>,
+}
+
+impl TableJoin {
+    pub(crate) fn new(spec: Spec, to_the_end: bool, stop: Arc<AtomicBool>, next: Box<dyn Operator>) -> Self {
+        Self { spec, to_the_end, stop, source: None, pending: None, next }
+    }
+
+    fn source(&mut self) -> Result<&mut Source, OperatorError> {
+        self.source.as_mut().ok_or_else(|| OperatorError::Corrupt {
+            key: "join".into(),
+            message: "the table's source is read before the operator was opened".into(),
+        })
+    }
+
+    /// Upserts and deletes the records of `batch` into the table; returns the records it could
+    /// not take.
+    fn apply(&self, batch: &SourceBatch, names: &[String], state: &mut StateStore) -> Vec<SideLetter> {
+        let name = |stream: u16| names.get(stream as usize).cloned().unwrap_or_else(|| "?".into());
+        let mut bad: Vec<SideLetter> = batch
+            .bad
+            .iter()
+            .map(|b| SideLetter {
+                stage: "join",
+                kind: "malformed",
+                error: b.error.clone(),
+                source: name(b.position.stream),
+                position: b.position,
+                raw: b.raw.clone(),
+            })
+            .collect();
+        let r = &batch.records;
+        for (i, pos) in batch.positions.iter().enumerate() {
+            let key = columns::item(&r.keys, &r.key_ends, i);
+            let value = columns::item(&r.values, &r.value_ends, i);
+            let why = if key.is_empty() {
+                Some("a table record needs a key (the message key, or `key` in an envelope)".to_string())
+            } else if value.is_empty() {
+                state.delete(table_key(key));
+                None
+            } else {
+                match crate::json::check_object(value) {
+                    Ok(()) => {
+                        state.put(table_key(key), value.trim_ascii().to_vec());
+                        None
+                    }
+                    Err(why) => Some(format!("a table row must be a JSON object: {why}")),
+                }
+            };
+            if let Some(error) = why {
+                bad.push(SideLetter {
+                    stage: "join",
+                    kind: "invalid-value",
+                    error,
+                    source: name(pos.stream),
+                    position: *pos,
+                    raw: value.to_vec(),
+                });
+            }
+        }
+        bad
+    }
+}
+
+fn table_key(key: &[u8]) -> Vec<u8> {
+    let mut k = Scope::Table.key(key.len());
+    k.extend_from_slice(key);
+    k
+}
+
+fn position_key() -> Vec<u8> {
+    Scope::TablePosition.key(0)
+}
+
+/// The event's row with `value` (JSON, or `null` when absent) as its field `field`; refused
+/// when the row has that field already (which of the two a reader would take is its own
+/// choice).
+fn joined(row: &[u8], field: &str, value: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    let fields: std::collections::HashMap<String, IgnoredAny> =
+        serde_json::from_slice(row).map_err(|e| format!("the row is not a JSON object ({e})"))?;
+    if fields.contains_key(field) {
+        return Err(format!(
+            "the row has a field {field:?} already, where join.as puts the table's row; set join.as to another name"
+        ));
+    }
+    let s = row.trim_ascii();
+    let inner = s[1..s.len() - 1].trim_ascii();
+    let value = value.unwrap_or(b"null");
+    let name = serde_json::to_vec(field).map_err(|e| e.to_string())?;
+    let mut out = Vec::with_capacity(s.len() + name.len() + value.len() + 3);
+    out.push(b'{');
+    out.extend_from_slice(inner);
+    if !inner.is_empty() {
+        out.push(b',');
+    }
+    out.extend_from_slice(&name);
+    out.push(b':');
+    out.extend_from_slice(value);
+    out.push(b'}');
+    Ok(out)
+}
+
+impl Operator for TableJoin {
+    fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
+        let at: Option<Offsets> =
+            match state.get(&position_key())? {
+                None => None,
+                Some(v) => Some(serde_json::from_slice(&v).map_err(|e| OperatorError::Corrupt {
+                    key: "join table position".into(),
+                    message: e.to_string(),
+                })?),
+            };
+        self.source = Some(Source::open(&self.spec.table, at.as_ref(), self.stop.clone())?);
+        self.next.open(state, restored_version)
+    }
+
+    fn plan_side(&mut self) -> Result<Option<Offsets>, OperatorError> {
+        let to_the_end = self.to_the_end;
+        let source = self.source()?;
+        let batch = source.read_available(to_the_end)?;
+        let end = source.offsets();
+        self.pending = Some((batch, end.clone()));
+        Ok(Some(end))
+    }
+
+    fn take_side(&mut self, end: Option<&Offsets>, state: &mut StateStore) -> Result<Vec<SideLetter>, OperatorError> {
+        let Some(end) = end else { return Ok(Vec::new()) };
+        let batch = match self.pending.take() {
+            Some((batch, planned)) if &planned == end => batch,
+            // A batch planned before a restart: read the table to where its plan says.
+            _ => self.source()?.read_until(end)?,
+        };
+        let names = self.source()?.stream_names();
+        let bad = self.apply(&batch, &names, state);
+        let position = serde_json::to_vec(end)
+            .map_err(|e| OperatorError::Corrupt { key: "join table position".into(), message: e.to_string() })?;
+        state.put(position_key(), position);
+        self.source()?.recycle(batch);
+        Ok(bad)
+    }
+
+    fn process(
+        &mut self,
+        events: &EventBatch,
+        watermark: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Processed, OperatorError> {
+        let mut set_aside = Processed::default();
+        let mut passed = EventBatch::default();
+        // Index in `events` of each event of `passed`.
+        let mut origin = Vec::new();
+        for i in 0..events.times.len() {
+            let row = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
+                Err(why) => Err(why),
+                Ok(key) => {
+                    let found = state.get(&table_key(&key))?;
+                    if found.is_none() && self.spec.kind == JoinKind::Inner {
+                        set_aside.unmatched += 1;
+                        continue;
+                    }
+                    joined(columns::item(&events.rows, &events.row_ends, i), &self.spec.field, found.as_deref())
+                }
+            };
+            match row {
+                Ok(row) => {
+                    passed.times.push(events.times[i]);
+                    columns::push(
+                        &mut passed.keys,
+                        &mut passed.key_ends,
+                        columns::item(&events.keys, &events.key_ends, i),
+                    )?;
+                    columns::push(&mut passed.rows, &mut passed.row_ends, &row)?;
+                    passed.origins.push(events.origins[i]);
+                    origin.push(i as u32);
+                }
+                Err(why) => set_aside.invalid.push((i as u32, why)),
+            }
+        }
+        let next = self.next.process(&passed, watermark, state, out)?;
+        set_aside.late.extend(next.late.iter().map(|&j| origin[j as usize]));
+        set_aside.late.sort_unstable();
+        set_aside.invalid.extend(next.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
+        set_aside.invalid.sort_unstable_by_key(|(i, _)| *i);
+        set_aside.duplicates += next.duplicates;
+        set_aside.unmatched += next.unmatched;
+        Ok(set_aside)
+    }
+
+    fn advance(
+        &mut self,
+        from: i64,
+        to: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+    ) -> Result<Advanced, OperatorError> {
+        self.next.advance(from, to, state, out)
+    }
+
+    fn set_processing_time(&mut self, planned_at_ms: i64) {
+        self.next.set_processing_time(planned_at_ms)
+    }
+
+    fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
+        // The table holds nothing to emit.
+        self.next.horizon(state)
+    }
+
+    fn stage(&self) -> &str {
+        self.next.stage()
+    }
+
+    fn fingerprint(&self) -> String {
+        let on = self.spec.on.as_deref().map_or_else(|| "event key".to_string(), |f| format!("{f:?}"));
+        format!(
+            "{:?} join on {on} as {:?} with table {}, then {}",
+            self.spec.kind,
+            self.spec.field,
+            self.spec.table.kind.identity(),
+            self.next.fingerprint()
+        )
+    }
+
+    fn mark(&self) -> usize {
+        self.next.mark()
+    }
+
+    fn rollback(&mut self, mark: usize) {
+        self.next.rollback(mark)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn joined_rows_splice_the_table_row_in() {
+        assert_eq!(joined(br#" {"a":1} "#, "t", Some(br#"{"b":2}"#)).unwrap(), br#"{"a":1,"t":{"b":2}}"#);
+        assert_eq!(joined(b"{}", "t", None).unwrap(), br#"{"t":null}"#);
+        assert_eq!(joined(br#"{"a":"x"}"#, "t\"q", None).unwrap(), br#"{"a":"x","t\"q":null}"#);
+        assert!(joined(br#"{"t":1}"#, "t", None).unwrap_err().contains("join.as"));
+        assert!(joined(b"[1]", "t", None).is_err());
+    }
+
+    proptest::proptest! {
+        /// Whatever the row and the table's row, the joined row is one JSON object holding both.
+        #[test]
+        fn joined_rows_are_json(fields in proptest::collection::btree_map("[a-z\"\\\\]{0,4}", 0i64..9, 0..5), t in 0i64..9) {
+            let row = serde_json::to_vec(&fields).unwrap();
+            let value = serde_json::to_vec(&serde_json::json!({ "v": t })).unwrap();
+            match joined(&row, "as", Some(&value)) {
+                Ok(out) => {
+                    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+                    proptest::prop_assert_eq!(&v["as"]["v"], &serde_json::json!(t));
+                    for (k, n) in &fields {
+                        proptest::prop_assert_eq!(&v[k], &serde_json::json!(n));
+                    }
+                }
+                Err(_) => proptest::prop_assert!(fields.contains_key("as")),
+            }
+        }
+    }
+}
