@@ -157,7 +157,8 @@ impl Run {
         plan: &Planned,
     ) -> Result<BatchProgress, RunError> {
         self.operator.set_processing_time(plan.planned_at_ms);
-        let side = self.operator.take_side(plan.side.as_ref(), &mut self.state)?;
+        let in_force = self.in_force();
+        let side = self.operator.take_side(plan.side.as_ref(), in_force, &mut self.state)?;
         let (rows, mut report) = self.process(batch_id, batch, parsed, plan.flush, &plan.idle)?;
         report.dead_letters += self.dead.side(batch_id, &side)?;
         // Only rows need the plans and states before them on disk (checkpoint/mod.rs): a batch

@@ -11,10 +11,11 @@ use super::RunError;
 use crate::aggregate::Policy;
 use crate::operator::Operator;
 use crate::operator::dedup::Deduplicate;
+use crate::operator::interval_join::IntervalJoin;
 use crate::operator::passthrough::PassThrough;
 use crate::operator::processor::KeyedProcess;
 use crate::operator::table_join::TableJoin;
-use crate::pipeline::{Keyed, Pipeline, SinkConfig, Trigger};
+use crate::pipeline::{Join, Keyed, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
 use crate::sink::{KafkaSink, LineSink, RowSink, SinkError, WasmSink};
 
@@ -71,6 +72,15 @@ impl Stages {
             },
             None => Box::new(PassThrough),
         };
+        let keyed = match (&p.join, &p.stateful) {
+            // An interval join is the operator its rows leave (validation keeps windows and
+            // processors out); its other stream has a parser of its own.
+            (Some(Join::Interval(j)), Some(s)) => {
+                let parser = Box::new(Parser::new(runtime, j.parse.clone())?);
+                Box::new(IntervalJoin::new((**j).clone(), &s.time, p.bounded(), p.failure, stop.clone(), parser))
+            }
+            _ => keyed,
+        };
         let operator = chain(p, keyed, stop);
         let sink = sink(p, output, Some(runtime), stop)?;
         Ok(Self { parsers, transforms, operator, sink, runtime: Some(runtime.clone()) })
@@ -80,8 +90,8 @@ impl Stages {
 /// The keyed operator with what the pipeline puts in front of it: `[dedup]`, then `[join]`.
 pub(crate) fn chain(p: &Pipeline, keyed: Box<dyn Operator>, stop: &Arc<AtomicBool>) -> Box<dyn Operator> {
     let joined: Box<dyn Operator> = match &p.join {
-        Some(j) => Box::new(TableJoin::new(j.clone(), p.bounded(), stop.clone(), keyed)),
-        None => keyed,
+        Some(Join::Table(j)) => Box::new(TableJoin::new(j.clone(), p.bounded(), stop.clone(), keyed)),
+        _ => keyed,
     };
     match p.stateful.as_ref().and_then(|s| s.dedup.as_ref()) {
         Some(d) => Box::new(Deduplicate::new(d.clone(), joined)),

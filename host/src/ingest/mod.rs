@@ -83,7 +83,7 @@ fn parse_timed(
 
 /// Parses a batch under the failure policy: in chunks below half the parser's output cap, and
 /// when a call fails, retried and then bisected down to the records that fail alone.
-fn parse(
+pub(crate) fn parse(
     parser: &mut dyn ParseFns,
     batch: &SourceBatch,
     failure: &FailurePolicy,

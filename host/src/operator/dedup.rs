@@ -161,9 +161,10 @@ impl Operator for Deduplicate {
     fn take_side(
         &mut self,
         end: Option<&crate::source::Offsets>,
+        watermark: i64,
         state: &mut StateStore,
     ) -> Result<Vec<crate::side_output::SideLetter>, OperatorError> {
-        self.next.take_side(end, state)
+        self.next.take_side(end, watermark, state)
     }
 
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {

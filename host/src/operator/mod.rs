@@ -20,6 +20,7 @@
 //! state's savepoint, so that the failure policy can retry and bisect.
 
 pub(crate) mod dedup;
+pub(crate) mod interval_join;
 pub(crate) mod passthrough;
 pub(crate) mod processor;
 pub(crate) mod table_join;
@@ -78,6 +79,13 @@ pub(crate) enum Scope {
     Table = b'j',
     /// Where the join's table source stands (one entry).
     TablePosition = b'o',
+    /// An interval join's buffered left events, by key, time and sequence
+    /// (`interval_join.rs`).
+    IntervalLeft = b'a',
+    /// Its buffered right events.
+    IntervalRight = b'b',
+    /// Its right stream's position and watermark (one entry).
+    IntervalMeta = b'i',
 }
 
 impl Scope {
@@ -197,9 +205,15 @@ pub(crate) trait Operator: Send {
 
     /// Before each batch's `process`: takes in its side inputs up to `end`, where its plan
     /// says they end (the records [`Operator::plan_side`] read, or, for a batch planned before
-    /// a restart, a read to there), staging their changes like state. Returns the side records
-    /// it could not take, for the dead letters.
-    fn take_side(&mut self, _end: Option<&Offsets>, _state: &mut StateStore) -> Result<Vec<SideLetter>, OperatorError> {
+    /// a restart, a read to there), staging their changes like state. `watermark` is the one
+    /// in force for the batch. Returns the side records it could not take, for the dead
+    /// letters.
+    fn take_side(
+        &mut self,
+        _end: Option<&Offsets>,
+        _watermark: i64,
+        _state: &mut StateStore,
+    ) -> Result<Vec<SideLetter>, OperatorError> {
         Ok(Vec::new())
     }
 

@@ -116,7 +116,7 @@ fn position_key() -> Vec<u8> {
 /// The event's row with `value` (JSON, or `null` when absent) as its field `field`; refused
 /// when the row has that field already (which of the two a reader would take is its own
 /// choice).
-fn joined(row: &[u8], field: &str, value: Option<&[u8]>) -> Result<Vec<u8>, String> {
+pub(super) fn joined(row: &[u8], field: &str, value: Option<&[u8]>) -> Result<Vec<u8>, String> {
     let fields: std::collections::HashMap<String, IgnoredAny> =
         serde_json::from_slice(row).map_err(|e| format!("the row is not a JSON object ({e})"))?;
     if fields.contains_key(field) {
@@ -164,7 +164,12 @@ impl Operator for TableJoin {
         Ok(Some(end))
     }
 
-    fn take_side(&mut self, end: Option<&Offsets>, state: &mut StateStore) -> Result<Vec<SideLetter>, OperatorError> {
+    fn take_side(
+        &mut self,
+        end: Option<&Offsets>,
+        _watermark: i64,
+        state: &mut StateStore,
+    ) -> Result<Vec<SideLetter>, OperatorError> {
         let Some(end) = end else { return Ok(Vec::new()) };
         let batch = match self.pending.take() {
             Some((batch, planned)) if &planned == end => batch,

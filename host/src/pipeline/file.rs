@@ -38,6 +38,9 @@ pub(super) struct PipelineFile {
     pub(super) watermark: Option<WatermarkFile>,
     pub(super) dedup: Option<DedupFile>,
     pub(super) join: Option<JoinFile>,
+    /// Streams besides `[source]`, by name, for joins to read.
+    #[serde(default)]
+    pub(super) streams: std::collections::BTreeMap<String, StreamFile>,
     pub(super) window: Option<WindowFile>,
     pub(super) aggregate: Option<StageFile>,
     pub(super) process: Option<ProcessFile>,
@@ -212,19 +215,41 @@ pub(super) struct DedupFile {
     pub(super) within: Option<Dur>,
 }
 
-/// `[join]`: a stream-table join.
+/// `[join]`: a stream-table or an interval join.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct JoinFile {
-    /// The table's source, written like `[source]`.
-    pub(super) table: SourceFile,
+    #[serde(rename = "type", default)]
+    pub(super) join_type: JoinType,
+    /// A table join: the table's source, written like `[source]`.
+    pub(super) table: Option<SourceFile>,
+    /// An interval join: the name of the other stream, a `[streams.NAME]`.
+    pub(super) stream: Option<String>,
+    /// An interval join: `left.time BETWEEN right.time - before AND right.time + after`.
+    pub(super) before: Option<Dur>,
+    pub(super) after: Option<Dur>,
     /// A top-level field of the row to look up by (default: the event's key).
     pub(super) on: Option<String>,
     /// The field of the joined row that holds the table's row (default "table").
     #[serde(rename = "as")]
     pub(super) field: Option<String>,
-    #[serde(default)]
-    pub(super) kind: super::JoinKind,
+    pub(super) kind: Option<super::JoinKind>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum JoinType {
+    #[default]
+    Table,
+    Interval,
+}
+
+/// `[streams.NAME]`: a second stream, with its own source and parser.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct StreamFile {
+    pub(super) source: SourceFile,
+    pub(super) parse: StageFile,
 }
 
 /// `[process]`: a keyed processor plugin, in place of `[window]` and `[aggregate]`.

@@ -252,6 +252,30 @@ pub(crate) struct TableJoin {
     pub kind: JoinKind,
 }
 
+/// `[join] type = "interval"`: events of the pipeline's stream and of the stream `stream` join
+/// when their keys are equal and `left.time BETWEEN right.time - before AND right.time +
+/// after` (`operator/interval_join.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct IntervalJoin {
+    /// The other stream's name (`[streams.NAME]`), its source and its parser.
+    pub stream: String,
+    pub source: SourceConfig,
+    pub parse: StageSpec,
+    /// The top-level row field whose value is the key, on both sides; `None`: the events' keys.
+    pub on: Option<String>,
+    /// `join.as`: the field of the joined row that holds the right event's row.
+    pub field: String,
+    pub before_ms: i64,
+    pub after_ms: i64,
+}
+
+/// `[join]`.
+#[derive(Debug, Clone)]
+pub(crate) enum Join {
+    Table(TableJoin),
+    Interval(Box<IntervalJoin>),
+}
+
 /// Which events a join lets through.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -346,7 +370,7 @@ pub(crate) struct Pipeline {
     pub parse_parallelism: usize,
     pub transforms: Vec<StageSpec>,
     /// `[join]`, between `[dedup]` and the window or processor.
-    pub join: Option<TableJoin>,
+    pub join: Option<Join>,
     pub stateful: Option<Stateful>,
     pub sink: Option<SinkConfig>,
     pub checkpoint: Option<PathBuf>,
@@ -367,7 +391,12 @@ impl Pipeline {
             Some(SinkConfig::Wasm(s)) => Some(s),
             _ => None,
         };
+        let stream = match &self.join {
+            Some(Join::Interval(j)) => Some(&j.parse),
+            _ => None,
+        };
         std::iter::once(&self.parse)
+            .chain(stream)
             .chain(&self.transforms)
             .chain(self.stateful.as_ref().and_then(|s| s.keyed.plugin()))
             .chain(sink)

@@ -324,7 +324,7 @@ const JOIN: &str = r#"
 #[test]
 fn a_join_reads_its_table_like_a_source_and_defaults_to_inner_as_table() {
     let p = Pipeline::parse(JOIN, Path::new("dir/p.toml")).unwrap();
-    let j = p.join.unwrap();
+    let Some(Join::Table(j)) = p.join else { panic!("a table join") };
     assert!(matches!(&j.table.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/users.jsonl")));
     assert_eq!((j.on.as_deref(), j.field.as_str(), j.kind), (Some("user_id"), DEFAULT_JOIN_AS, JoinKind::Inner));
     assert!(p.stateful.is_none(), "a join alone needs no watermark");
@@ -333,7 +333,8 @@ fn a_join_reads_its_table_like_a_source_and_defaults_to_inner_as_table() {
         r#"{ type = "replay", path = "users.jsonl" }"#,
         r#"{ type = "kafka", topics = ["users"], kafka.bootstrap.servers = "b:9092" }"#,
     );
-    let j = Pipeline::parse(&format!("{kafka}as = \"u\"\nkind = \"left\""), Path::new("p.toml")).unwrap().join.unwrap();
+    let p = Pipeline::parse(&format!("{kafka}as = \"u\"\nkind = \"left\""), Path::new("p.toml")).unwrap();
+    let Some(Join::Table(j)) = p.join else { panic!("a table join") };
     assert!(
         matches!(&j.table.kind, SourceKind::Kafka(k) if k.topics == ["users"] && k.group_id == "weir-enrich-table")
     );
@@ -388,4 +389,56 @@ fn the_kafka_sink_takes_a_key_field() {
     assert!(matches!(p.sink, Some(SinkConfig::Kafka(k)) if k.key.as_deref() == Some("user")));
     let e = err(&format!("{GOOD}\n[sink]\nplugin = \"s.wasm\"\nkey = \"user\"\n"));
     assert!(e.contains("sink.key") && e.contains("Wasm"), "{e}");
+}
+
+const INTERVAL: &str = r#"
+    name = "ship"
+    [source]
+    type = "replay"
+    path = "orders.jsonl"
+    [parse]
+    plugin = "p.wasm"
+    [watermark]
+    delay = "1 minute"
+    [join]
+    type = "interval"
+    stream = "shipments"
+    on = "order_id"
+    before = "15 minutes"
+    after = "0s"
+    [streams.shipments]
+    source = { type = "replay", path = "ships.jsonl" }
+    parse = { plugin = "s.wasm" }
+"#;
+
+#[test]
+fn an_interval_join_names_its_other_stream() {
+    let p = Pipeline::parse(INTERVAL, Path::new("dir/p.toml")).unwrap();
+    let Some(Join::Interval(j)) = &p.join else { panic!("an interval join") };
+    assert_eq!((j.stream.as_str(), j.field.as_str(), j.before_ms, j.after_ms), ("shipments", "shipments", 900_000, 0));
+    assert!(matches!(&j.source.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/ships.jsonl")));
+    assert_eq!(j.parse.component, Path::new("dir/s.wasm"));
+    assert!(p.stages().any(|s| s.component == Path::new("dir/s.wasm")), "its parser is a stage");
+}
+
+#[test]
+fn a_bad_interval_join_names_the_key_and_the_fix() {
+    let e = err(&INTERVAL.replace("stream = \"shipments\"", "stream = \"ships\""));
+    assert!(e.contains("join.stream") && e.contains("[streams.ships]"), "{e}");
+    let e = err(&INTERVAL.replace("after = \"0s\"", ""));
+    assert!(e.contains("join.after: required"), "{e}");
+    let e = err(&INTERVAL.replace("[watermark]\n    delay = \"1 minute\"", ""));
+    assert!(e.contains("join") && e.contains("[watermark]"), "{e}");
+    let e = err(&format!(
+        "{INTERVAL}\n[streams.extra]\nsource = {{ type = \"replay\", path = \"x\" }}\nparse = {{ plugin = \"p.wasm\" }}"
+    ));
+    assert!(e.contains("streams.extra") && e.contains("no [join] reads"), "{e}");
+    let e = err(&INTERVAL.replace("type = \"interval\"", "type = \"interval\"\nkind = \"left\""));
+    assert!(e.contains("join.kind"), "{e}");
+    let e =
+        err(&INTERVAL
+            .replace("type = \"interval\"", "type = \"interval\"\ntable = { type = \"replay\", path = \"u\" }"));
+    assert!(e.contains("join.table") && e.contains("interval"), "{e}");
+    let e = err(&INTERVAL.replace("type = \"interval\"", "type = \"table\""));
+    assert!(e.contains("join.stream") && e.contains("table join"), "{e}");
 }

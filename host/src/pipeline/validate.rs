@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use super::file::{
-    Dur, FailureMode, PipelineFile, SinkFile, SinkKindFile, SourceFile, StageFile, StartingFile, TriggerMode,
+    Dur, FailureMode, JoinType, PipelineFile, SinkFile, SinkKindFile, SourceFile, StageFile, StartingFile, TriggerMode,
     WindowFile, WindowKind,
 };
 use super::*;
@@ -90,26 +90,96 @@ fn build(
     };
 
     let source = source_config("source", f.source, &name, &rel, invalid)?;
+    let mut streams = f.streams;
     let join = match f.join {
         None => None,
         Some(j) => {
-            if let SourceFile::Replay { max_offsets_per_trigger: Some(_), .. }
-            | SourceFile::Kafka { max_offsets_per_trigger: Some(_), .. } = &j.table
-            {
-                return Err(invalid(
-                    "join.table.max_offsets_per_trigger",
-                    "a table is read as far as it goes when each batch is planned; remove it".into(),
-                ));
+            let not_for = |key: &str, present: bool, kind: &str| {
+                if present {
+                    Err(invalid(&format!("join.{key}"), format!("does not apply to a {kind} join; remove it")))
+                } else {
+                    Ok(())
+                }
+            };
+            let on = key_field("join.on", j.on, invalid)?;
+            let field = key_field("join.as", j.field, invalid)?;
+            match j.join_type {
+                JoinType::Table => {
+                    not_for("stream", j.stream.is_some(), "table")?;
+                    not_for("before", j.before.is_some(), "table")?;
+                    not_for("after", j.after.is_some(), "table")?;
+                    let table = j.table.ok_or_else(|| {
+                        invalid(
+                            "join.table",
+                            "the table's source, written like [source], e.g. table = { type = \"replay\", path = \
+                             \"users.jsonl\" }; or set type = \"interval\" to join another stream"
+                                .into(),
+                        )
+                    })?;
+                    if let SourceFile::Replay { max_offsets_per_trigger: Some(_), .. }
+                    | SourceFile::Kafka { max_offsets_per_trigger: Some(_), .. } = &table
+                    {
+                        return Err(invalid(
+                            "join.table.max_offsets_per_trigger",
+                            "a table is read as far as it goes when each batch is planned; remove it".into(),
+                        ));
+                    }
+                    Some(Join::Table(TableJoin {
+                        // The table's consumer group (lag monitoring only) is not the stream's.
+                        table: source_config("join.table", table, &format!("{name}-table"), &rel, invalid)?,
+                        on,
+                        field: field.unwrap_or_else(|| DEFAULT_JOIN_AS.to_string()),
+                        kind: j.kind.unwrap_or_default(),
+                    }))
+                }
+                JoinType::Interval => {
+                    not_for("table", j.table.is_some(), "interval")?;
+                    if j.kind == Some(JoinKind::Left) {
+                        return Err(invalid(
+                            "join.kind",
+                            "an interval join is inner: a pair is emitted when its later half arrives. Remove it"
+                                .into(),
+                        ));
+                    }
+                    let stream = j.stream.ok_or_else(|| {
+                        invalid("join.stream", "the other stream's name, with a [streams.NAME] table".into())
+                    })?;
+                    let s = streams.remove(&stream).ok_or_else(|| {
+                        invalid(
+                            "join.stream",
+                            format!("no [streams.{stream}] table: add one with its source and parse tables"),
+                        )
+                    })?;
+                    let bound = |key: &str, d: Option<Dur>| match d {
+                        Some(d) => Ok(millis(span(key, d.0, Duration::ZERO, MAX_TIME_SPAN, invalid)?)),
+                        None => Err(invalid(key, "required, from 0, e.g. \"10 minutes\"".into())),
+                    };
+                    let key = format!("streams.{stream}");
+                    Some(Join::Interval(Box::new(IntervalJoin {
+                        source: source_config(
+                            &format!("{key}.source"),
+                            s.source,
+                            &format!("{name}-{stream}"),
+                            &rel,
+                            invalid,
+                        )?,
+                        parse: stage(&format!("{key}.parse"), s.parse)?,
+                        on,
+                        field: field.unwrap_or_else(|| stream.clone()),
+                        before_ms: bound("join.before", j.before)?,
+                        after_ms: bound("join.after", j.after)?,
+                        stream,
+                    })))
+                }
             }
-            Some(TableJoin {
-                // The table's consumer group (lag monitoring only) is not the stream's.
-                table: source_config("join.table", j.table, &format!("{name}-table"), &rel, invalid)?,
-                on: key_field("join.on", j.on, invalid)?,
-                field: key_field("join.as", j.field, invalid)?.unwrap_or_else(|| DEFAULT_JOIN_AS.to_string()),
-                kind: j.kind,
-            })
         }
     };
+    if let Some(name) = streams.keys().next() {
+        return Err(invalid(
+            &format!("streams.{name}"),
+            "no [join] reads this stream: name it in join.stream, or remove it".into(),
+        ));
+    }
 
     let interval = |min: Duration, default: Duration| match f.trigger.interval {
         Some(d) => span("trigger.interval", d.0, min, MAX_TRIGGER_INTERVAL, invalid),
@@ -161,6 +231,7 @@ fn build(
                 .into(),
         ));
     }
+    let interval_join = matches!(join, Some(Join::Interval(_)));
     let stateful = match (f.window, f.aggregate, f.process, f.watermark) {
         (None, None, None, None) if f.dedup.is_some() => {
             return Err(invalid(
@@ -192,10 +263,10 @@ fn build(
                     .into(),
             ));
         }
-        (None, None, None, Some(_)) if f.dedup.is_none() => {
+        (None, None, None, Some(_)) if f.dedup.is_none() && !interval_join => {
             return Err(invalid(
                 "watermark",
-                "only meaningful with [window] and [aggregate], [process] or [dedup]".into(),
+                "only meaningful with [window] and [aggregate], [process], [dedup] or an interval [join]".into(),
             ));
         }
         (None, Some(_), None, _) => return Err(invalid("window", "[aggregate] needs a [window] table".into())),
@@ -317,6 +388,27 @@ fn build(
         }
     };
 
+    if let Some(Join::Interval(_)) = &join {
+        match &stateful {
+            None => {
+                return Err(invalid(
+                    "join",
+                    "an interval join buffers both streams until the watermark passes them: add [watermark] \
+                     with a delay, e.g. delay = \"10 minutes\""
+                        .into(),
+                ));
+            }
+            Some(s) if !matches!(s.keyed, Keyed::Rows) => {
+                return Err(invalid(
+                    "join",
+                    "an interval join's rows go to the sink; [window] and [process] after it are not supported \
+                     yet. Remove them, or aggregate the joined rows in a pipeline that reads them"
+                        .into(),
+                ));
+            }
+            Some(_) => {}
+        }
+    }
     if matches!(trigger, Trigger::Continuous { .. }) && (stateful.is_some() || join.is_some()) {
         return Err(invalid(
             "trigger.mode",
