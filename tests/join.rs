@@ -542,3 +542,27 @@ fn an_interval_join_through_repeated_kill_9_gives_the_rows_of_an_uninterrupted_r
     assert_eq!(pairs_of(&expected), interval_reference(&events, &ships));
     assert!(sink_rows(&killed_out) == expected, "rows differ after {kills} kills");
 }
+
+#[test]
+fn the_enrich_example_joins_generated_orders_with_generated_users() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = orders(d, 3_000, 41);
+    let users = d.join("users.jsonl");
+    ok(weir().args(["gen", "users", "--out"]).arg(&users).output().unwrap());
+    let text = std::fs::read_to_string(root().join("plugins/orders-enrich/pipeline.toml"))
+        .unwrap()
+        .replace("../../out/users.jsonl", &users.display().to_string())
+        .replace("../../out/orders-enrich/checkpoint", &d.join("cp").display().to_string())
+        .replace("../dist/", &format!("{}/", root().join("plugins/dist").display()));
+    let p = d.join("enrich.toml");
+    std::fs::write(&p, text).unwrap();
+    let rows = weir_test(&p, &events);
+    let all = json_lines(&std::fs::read_to_string(&events).unwrap());
+    assert_eq!(rows.len(), all.len(), "a left join keeps every order");
+    for (row, order) in rows.iter().zip(&all) {
+        assert_eq!(row["order_id"], order["order_id"]);
+        assert_eq!(row["user"]["user_id"], order["user_id"], "{row}");
+        assert!(["gold", "silver", "bronze"].contains(&row["user"]["tier"].as_str().unwrap_or("")), "{row}");
+    }
+}

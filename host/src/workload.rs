@@ -1,5 +1,6 @@
-//! Generator of the reference order workload (the model of `shared/bench/gen_orders.py`, with
-//! its own deterministic random stream): `{"order_id","user_id","status","amount","order_ts"}`,
+//! Generator of the reference order workload (the schema and statistics of the reference
+//! benchmark's order generator, with its own deterministic random stream):
+//! `{"order_id","user_id","status","amount","order_ts"}`,
 //! ~1000 events per simulated second from 2026-11-01T00:00:00Z, event times out of order by
 //! < 30 s, ~2% ERROR and ~8% PENDING, zipf-skewed users, and ~0.1% very late events (2-3 h
 //! behind the newest so far), none in the first quarter of the stream.
@@ -28,6 +29,20 @@ impl Rng {
         z ^= z >> 31;
         (z >> 11) as f64 / (1u64 << 53) as f64
     }
+}
+
+/// Writes the user table the orders refer to, as recorded-event envelopes keyed by `user_id`
+/// (a `[join]` table, `docs/semantics.md`): a tier and a country per user, from `seed`.
+pub(crate) fn users(seed: u64, out: &mut impl Write) -> std::io::Result<u64> {
+    const TIERS: [&str; 3] = ["gold", "silver", "bronze"];
+    const COUNTRIES: [&str; 6] = ["DE", "FR", "GB", "IN", "JP", "US"];
+    let mut rng = Rng(seed);
+    for user in 1..=USERS {
+        let tier = TIERS[(rng.next() * TIERS.len() as f64) as usize % TIERS.len()];
+        let country = COUNTRIES[(rng.next() * COUNTRIES.len() as f64) as usize % COUNTRIES.len()];
+        writeln!(out, r#"{{"key":"{user}","value":{{"user_id":{user},"tier":"{tier}","country":"{country}"}}}}"#)?;
+    }
+    Ok(USERS as u64)
 }
 
 /// Writes `n` order events for `seed`, one JSON object per line; returns how many are very late.

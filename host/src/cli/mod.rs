@@ -184,9 +184,17 @@ enum Command {
 
 #[derive(Subcommand)]
 enum GenWhat {
-    /// Order events (the schema of shared/bench/gen_orders.py).
+    /// Order events (the reference order workload's schema and statistics).
     Orders {
         n: u64,
+        #[arg(long, default_value_t = 42)]
+        seed: u64,
+        /// Output file (default: stdout).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// The user table the orders refer to: one keyed record per user (a `[join]` table).
+    Users {
         #[arg(long, default_value_t = 42)]
         seed: u64,
         /// Output file (default: stdout).
@@ -247,6 +255,20 @@ fn dispatch(command: Command) -> Result<Exit> {
                 None => crate::workload::orders(n, seed, &mut BufWriter::new(std::io::stdout().lock()))?,
             };
             eprintln!("events={n} seed={seed} very_late={very_late}");
+            Ok(Exit::Done)
+        }
+        Command::Gen { what: GenWhat::Users { seed, out } } => {
+            let users = match out {
+                Some(path) => {
+                    let f = File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
+                    let mut w = BufWriter::with_capacity(1 << 20, f);
+                    let n = crate::workload::users(seed, &mut w)?;
+                    w.flush()?;
+                    n
+                }
+                None => crate::workload::users(seed, &mut BufWriter::new(std::io::stdout().lock()))?,
+            };
+            eprintln!("users={users} seed={seed}");
             Ok(Exit::Done)
         }
         Command::Bench {

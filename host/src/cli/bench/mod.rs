@@ -1,11 +1,11 @@
 //! `weir bench`: a pipeline's throughput over generated order events (the project's generator,
-//! the schema of `shared/bench/gen_orders.py`), with what a user compares engines by: events/s,
-//! events per CPU-second (the per-core figure, whatever the threads), peak RSS. Variants answer
-//! the performance questions one at a time: `--native` (the same logic as host code: what the
-//! sandbox costs), `--cores` (parse parallelism), `--no-fsync` (what a durable checkpoint at
-//! every batch costs), `--restart` (time from a restart to its first batch) and `--kafka` (the
-//! events read from the embedded broker, not a file: `kafka.rs`). `--latency` is another
-//! measurement: `latency.rs`.
+//! in the reference order workload's schema and statistics), with what a user compares engines
+//! by: events/s, events per CPU-second (the per-core figure, whatever the threads), peak RSS.
+//! Variants answer the performance questions one at a time: `--native` (the same logic as host
+//! code: what the sandbox costs), `--cores` (parse parallelism), `--no-fsync` (what a durable
+//! checkpoint at every batch costs), `--restart` (time from a restart to its first batch) and
+//! `--kafka` (the events read from the embedded broker, not a file: `kafka.rs`). `--latency` is
+//! another measurement: `latency.rs`.
 //!
 //! The pipeline's own sink is replaced: its rows are hashed (the digest printed shows that two
 //! variants computed the same rows in the same order) and, with `--rows`, written to a file.
