@@ -6,13 +6,26 @@
 //!   keeps a row from forging a second line of JSON-lines output, a non-object, or text the host
 //!   cannot read back.
 //! - [`check_object`], on every row before it leaves Weir (to a sink, a side output): a full
-//!   JSON syntax check, without building anything (serde's `IgnoredAny`). Rows passed from one
-//!   plugin to the next are the tenant's own data and get only the cheap check; what reaches the
-//!   outside world is always valid JSON.
-
-use serde::de::IgnoredAny;
+//!   JSON syntax check, without building anything (the guest SDK's one-pass scanner, [`scan`],
+//!   property-tested against serde_json there). Rows passed from one plugin to the next are the
+//!   tenant's own data and get only the cheap check; what reaches the outside world is always
+//!   valid JSON.
+//!
+//! [`field`] reads one top-level field's raw JSON text with the same scanner: what keyed
+//! operators key by.
 
 use crate::columns;
+
+/// The guest SDK's one-pass field scanner (what `Record::fields` runs inside a plugin),
+/// compiled into the host: the same code on both sides of the sandbox.
+#[path = "../../guest-sdk/src/scan.rs"]
+#[allow(dead_code)]
+pub(crate) mod scan;
+
+/// The guest SDK's scanner for one top-level field (what `Event::field_str` runs inside a
+/// plugin), for the native baseline.
+#[path = "../../guest-sdk/src/field.rs"]
+pub(crate) mod top_level;
 
 /// The rows of a column that are not one line of UTF-8 with an object's braces, with why.
 pub(crate) fn misshapen(rows: &[u8], ends: &[u32]) -> Vec<(usize, &'static str)> {
@@ -60,7 +73,18 @@ pub(crate) fn check_object(row: &[u8]) -> Result<(), String> {
     if let Some((_, why)) = misshapen(row, &[row.len() as u32]).first() {
         return Err((*why).to_string());
     }
-    serde_json::from_slice::<IgnoredAny>(row).map(drop).map_err(|e| format!("row is not valid JSON: {e}"))
+    scan::scan(row, &scan::Paths::new([])).map(drop).map_err(|e| format!("row is not valid JSON: {e}"))
+}
+
+/// The raw JSON text of `row`'s field `path` (`"user_id"`, or `"customer.id"` inside an
+/// object; `None`: it has none), after checking that `row` is one JSON object in which the
+/// field appears at most once.
+pub(crate) fn field<'a>(row: &'a [u8], path: &str) -> Result<Option<&'a [u8]>, String> {
+    match scan::scan(row, &scan::Paths::new([path])) {
+        Ok([found]) => Ok(found),
+        Err(scan::ScanError::Duplicate(_)) => Err(format!("the row has the field {path:?} twice")),
+        Err(e) => Err(format!("the row is not a JSON object ({e})")),
+    }
 }
 
 #[cfg(test)]

@@ -120,16 +120,7 @@ impl ParseFns for Orders {
     }
 }
 
-/// The guest SDK's one-pass field scanner (what `Record::fields` runs inside the plugin),
-/// compiled natively: the same code on both sides of the comparison.
-#[path = "../../guest-sdk/src/scan.rs"]
-#[allow(dead_code)]
-mod scan;
-
-/// The guest SDK's own scanner for one top-level field (what `Event::field_str` runs inside
-/// the plugin), compiled natively: the same code on both sides of the comparison.
-#[path = "../../guest-sdk/src/field.rs"]
-mod field;
+use crate::json::{scan, top_level as field};
 
 /// `plugins/error-rate` with `error_status = "ERROR"`.
 struct ErrorRate;

@@ -97,8 +97,8 @@ impl Scope {
     }
 }
 
-/// An event's key for a keyed operator: the key of its row's top-level `field`
-/// ([`field_key`]), or the event's own key without one. `what` names the pipeline key in the
+/// An event's key for a keyed operator: the key of its row's field `field` ([`field_key`]), or
+/// the event's own key without one. `what` names the pipeline key in the
 /// error.
 pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
     let Some(field) = field else {
@@ -107,15 +107,24 @@ pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i:
     field_key(crate::columns::item(&events.rows, &events.row_ends, i), field).map_err(|e| format!("{what}: {e}"))
 }
 
-/// The key a row's top-level `field` gives: a string's own text, any other value's JSON text
-/// (as serde_json writes it, so `1` and `1.0` differ). So a key field holding `"u1"` and a
+/// The key a row's field `path` gives (`"user_id"`, or `"customer.id"` inside an object): a
+/// string's own text, any other value's JSON text (an integer as written, other numbers as
+/// serde_json writes them, so `1` and `1.0` differ). So a key field holding `"u1"` and a
 /// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
-pub(crate) fn field_key(row: &[u8], field: &str) -> Result<Vec<u8>, String> {
-    let value: serde_json::Value = serde_json::from_slice(row).map_err(|e| format!("the row is not JSON ({e})"))?;
-    match value.get(field) {
-        Some(serde_json::Value::String(s)) => Ok(s.as_bytes().to_vec()),
-        Some(v) => serde_json::to_vec(v).map_err(|e| e.to_string()),
-        None => Err(format!("the row has no field {field:?} to key by")),
+pub(crate) fn field_key(row: &[u8], path: &str) -> Result<Vec<u8>, String> {
+    let raw = crate::json::field(row, path)?.ok_or_else(|| format!("the row has no field {path:?} to key by"))?;
+    // The common cases without a decoder: a string without escapes, an integer.
+    match raw {
+        [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => return Ok(inner.to_vec()),
+        [b'-', digits @ ..] | digits if !digits.is_empty() && digits.iter().all(u8::is_ascii_digit) => {
+            return Ok(raw.to_vec());
+        }
+        _ => {}
+    }
+    let value: serde_json::Value = serde_json::from_slice(raw).map_err(|e| e.to_string())?;
+    match value {
+        serde_json::Value::String(s) => Ok(s.into_bytes()),
+        v => serde_json::to_vec(&v).map_err(|e| e.to_string()),
     }
 }
 
@@ -234,4 +243,26 @@ pub(crate) trait Operator: Send {
 
     /// Forgets what `process` noted since `mark` (its state changes are rolled back beside).
     fn rollback(&mut self, mark: usize);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::field_key;
+
+    #[test]
+    fn a_key_field_is_a_string_s_text_or_another_value_s_json() {
+        let key = |row: &str, f: &str| field_key(row.as_bytes(), f).map(|k| String::from_utf8(k).unwrap());
+        assert_eq!(key(r#"{"u":"a1","n":2}"#, "u").unwrap(), "a1");
+        assert_eq!(key(r#"{"u":"a\u0031"}"#, "u").unwrap(), "a1", "escapes decoded");
+        assert_eq!(key(r#"{"u":42}"#, "u").unwrap(), "42");
+        assert_eq!(key(r#"{"u":"42"}"#, "u").unwrap(), "42", "a string and an integer of the same text agree");
+        assert_eq!(key(r#"{"u":-7}"#, "u").unwrap(), "-7");
+        assert_eq!(key(r#"{"u":1.0}"#, "u").unwrap(), "1.0");
+        assert_eq!(key(r#"{"u":1e2}"#, "u").unwrap(), "100.0", "other numbers as serde_json writes them");
+        assert_eq!(key(r#"{"u":{"b":[1, 2]}}"#, "u").unwrap(), r#"{"b":[1,2]}"#);
+        assert_eq!(key(r#"{"c":{"id":"x"}}"#, "c.id").unwrap(), "x", "dots reach inside objects");
+        assert!(key(r#"{"v":1}"#, "u").unwrap_err().contains("no field"));
+        assert!(key(r#"{"u":1,"u":2}"#, "u").unwrap_err().contains("twice"));
+        assert!(key(r#"{"u":1"#, "u").unwrap_err().contains("not a JSON object"));
+    }
 }

@@ -10,7 +10,10 @@
 //! those records before its events are looked up ([`Operator::take_side`]), and a re-run after
 //! a crash reads the table's source to the same place. So a batch's events always meet the same
 //! table, and the table (in RocksDB, under [`Scope::Table`]) and its position (under
-//! [`Scope::TablePosition`]) commit with the batch's state.
+//! [`Scope::TablePosition`]) commit with the batch's state. Lookups are answered from a copy of
+//! the table in memory, loaded from RocksDB at start: a lookup per event in RocksDB's memtable
+//! cost more than everything else the join does (measured: 11% of the CPU in the skip list
+//! alone); the copy costs memory in proportion to the table.
 //!
 //! A table record without a key, with a value that is not a JSON object, or that its source
 //! could not decode is a dead letter (stage `join`), and the table keeps what it had for the key.
@@ -18,9 +21,9 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use serde::de::IgnoredAny;
-
 use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
+use rustc_hash::FxHashMap;
+
 use crate::columns;
 use crate::pipeline::{JoinKind, TableJoin as Spec};
 use crate::plugin::EventBatch;
@@ -38,13 +41,15 @@ pub(crate) struct TableJoin {
     source: Option<Source>,
     /// What [`Operator::plan_side`] read, with where it ends, for the batch being planned.
     pending: Option<(SourceBatch, Offsets)>,
+    /// The table as committed, plus what this batch's records changed: key → row.
+    rows: FxHashMap<Vec<u8>, Vec<u8>>,
     /// The operator the joined events go on to.
     next: Box<dyn Operator>,
 }
 
 impl TableJoin {
     pub(crate) fn new(spec: Spec, to_the_end: bool, stop: Arc<AtomicBool>, next: Box<dyn Operator>) -> Self {
-        Self { spec, to_the_end, stop, source: None, pending: None, next }
+        Self { spec, to_the_end, stop, source: None, pending: None, rows: FxHashMap::default(), next }
     }
 
     fn source(&mut self) -> Result<&mut Source, OperatorError> {
@@ -56,7 +61,7 @@ impl TableJoin {
 
     /// Upserts and deletes the records of `batch` into the table; returns the records it could
     /// not take.
-    fn apply(&self, batch: &SourceBatch, names: &[String], state: &mut StateStore) -> Vec<SideLetter> {
+    fn apply(&mut self, batch: &SourceBatch, names: &[String], state: &mut StateStore) -> Vec<SideLetter> {
         let name = |stream: u16| names.get(stream as usize).cloned().unwrap_or_else(|| "?".into());
         let mut bad: Vec<SideLetter> = batch
             .bad
@@ -78,11 +83,13 @@ impl TableJoin {
                 Some("a table record needs a key (the message key, or `key` in an envelope)".to_string())
             } else if value.is_empty() {
                 state.delete(table_key(key));
+                self.rows.remove(key);
                 None
             } else {
                 match crate::json::check_object(value) {
                     Ok(()) => {
                         state.put(table_key(key), value.trim_ascii().to_vec());
+                        self.rows.insert(key.to_vec(), value.trim_ascii().to_vec());
                         None
                     }
                     Err(why) => Some(format!("a table row must be a JSON object: {why}")),
@@ -117,9 +124,7 @@ fn position_key() -> Vec<u8> {
 /// when the row has that field already (which of the two a reader would take is its own
 /// choice).
 pub(super) fn joined(row: &[u8], field: &str, value: Option<&[u8]>) -> Result<Vec<u8>, String> {
-    let fields: std::collections::HashMap<String, IgnoredAny> =
-        serde_json::from_slice(row).map_err(|e| format!("the row is not a JSON object ({e})"))?;
-    if fields.contains_key(field) {
+    if crate::json::field(row, field)?.is_some() {
         return Err(format!(
             "the row has a field {field:?} already, where join.as puts the table's row; set join.as to another name"
         ));
@@ -152,6 +157,8 @@ impl Operator for TableJoin {
                 })?),
             };
         self.source = Some(Source::open(&self.spec.table, at.as_ref(), self.stop.clone())?);
+        let scope = Scope::Table as u8;
+        self.rows = state.range(&[scope], &[scope + 1])?.into_iter().map(|(k, v)| (k[1..].to_vec(), v)).collect();
         self.next.open(state, restored_version)
     }
 
@@ -200,12 +207,12 @@ impl Operator for TableJoin {
             let row = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
                 Err(why) => Err(why),
                 Ok(key) => {
-                    let found = state.get(&table_key(&key))?;
+                    let found = self.rows.get(&key);
                     if found.is_none() && self.spec.kind == JoinKind::Inner {
                         set_aside.unmatched += 1;
                         continue;
                     }
-                    joined(columns::item(&events.rows, &events.row_ends, i), &self.spec.field, found.as_deref())
+                    joined(columns::item(&events.rows, &events.row_ends, i), &self.spec.field, found.map(Vec::as_slice))
                 }
             };
             match row {

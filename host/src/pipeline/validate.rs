@@ -103,6 +103,12 @@ fn build(
             };
             let on = key_field("join.on", j.on, invalid)?;
             let field = key_field("join.as", j.field, invalid)?;
+            if field.as_ref().is_some_and(|f| f.contains('.')) {
+                return Err(invalid(
+                    "join.as",
+                    "the top-level field the joined row gets: a name without dots, e.g. as = \"user\"".into(),
+                ));
+            }
             match j.join_type {
                 JoinType::Table => {
                     not_for("stream", j.stream.is_some(), "table")?;
@@ -636,8 +642,8 @@ fn span(
     Err(invalid(key, format!("{}: allowed {min} to {}", show(d), show(max))))
 }
 
-/// Milliseconds of a duration already checked against [`MAX_TIME_SPAN`].
-/// A `key` naming a top-level row field (`dedup.key`, `process.key`); `None`: the event's key.
+/// A `key` naming a row field, `.` for nesting (`dedup.key`, `process.key`, `join.on`,
+/// `sink.key`; and `join.as`, checked for dots beside); `None`: the event's key.
 fn key_field(
     key: &str,
     field: Option<String>,
@@ -652,6 +658,7 @@ fn key_field(
     }
 }
 
+/// Milliseconds of a duration already checked against [`MAX_TIME_SPAN`].
 fn millis(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

@@ -102,10 +102,11 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     let cpu = cpu_seconds();
     let s = run(!a.no_fsync, !a.restart)?;
     let cpu = cpu_seconds() - cpu;
-    let stage = match p.stateful.as_ref().map(|s| &s.keyed) {
-        Some(crate::pipeline::Keyed::Process(_)) => "process",
-        Some(crate::pipeline::Keyed::Window(_)) => "aggregate",
-        Some(crate::pipeline::Keyed::Rows) | None => "transform",
+    let stage = match (p.stateful.as_ref().map(|s| &s.keyed), &p.join) {
+        (Some(crate::pipeline::Keyed::Process(_)), _) => "process",
+        (Some(crate::pipeline::Keyed::Window(_)), _) => "aggregate",
+        (_, Some(_)) => "join",
+        _ => "transform",
     };
     let what = match (a.native, a.no_fsync) {
         (true, _) => "native parse + aggregate".to_string(),
