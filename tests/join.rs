@@ -5,6 +5,7 @@
 //! topic, that topic back as a table, a join against it; and update mode's upserts and
 //! tombstones, read back the same way. The interval join: orders with their shipments, across
 //! two runs and through repeated `kill -9`.
+
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
