@@ -22,6 +22,8 @@ const PLUGINS: &[&str] = &[
     "error-rate",
     "jsonl-file-sink",
     "fraud-alerts",
+    "json-parser",
+    "stats",
     "wit-major-1-parser",
     "hostile",
     "versioned-count",
