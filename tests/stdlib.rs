@@ -1,7 +1,8 @@
-//! The standard library (`plugins/json-parser`, `plugins/stats`): the no-code pipeline of
-//! `plugins/orders-by-status` against a naive reference computed here, with the event time as
-//! epoch milliseconds, as epoch seconds and as RFC 3339 strings with an offset; and the records
-//! and configs they refuse.
+//! The standard library (`plugins/json-parser`, `plugins/stats`, `plugins/json-filter`): the
+//! no-code pipeline of `plugins/orders-by-status` against a naive reference computed here, with
+//! the event time as epoch milliseconds, as epoch seconds and as RFC 3339 strings with an
+//! offset; a filter and projection against the same kind of reference; and the records and
+//! configs they refuse.
 
 mod common;
 
@@ -164,4 +165,55 @@ fn records_without_a_usable_time_are_dead_letters_and_bad_configs_are_refused() 
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(says), "{config}: {err}");
     }
+}
+
+#[test]
+fn the_filter_keeps_rows_that_meet_every_condition_and_projects_their_fields() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = orders(d, 5_000, 62);
+    let all = json_lines(&std::fs::read_to_string(&events).unwrap());
+    let p = d.join("filter.toml");
+    let text = format!(
+        r#"
+name = "big-errors"
+[source]
+type = "replay"
+path = "{events}"
+[parse]
+plugin = "{parse}"
+config = {{ time_field = "order_ts", key_fields = ["user_id"] }}
+[[transform]]
+plugin = "{filter}"
+config = {{ where = [{{ field = "status", in = ["ERROR", "PENDING"] }}, {{ field = "amount", ge = 100 }}, {{ field = "coupon", exists = false }}], select = ["order_id", "amount", "status", "absent"] }}
+"#,
+        events = events.display(),
+        parse = component("json_parser").display(),
+        filter = component("json_filter").display(),
+    );
+    std::fs::write(&p, text).unwrap();
+    let want: Vec<Value> = all
+        .iter()
+        .filter(|o| {
+            ["ERROR", "PENDING"].contains(&o["status"].as_str().unwrap()) && o["amount"].as_f64().unwrap() >= 100.0
+        })
+        .map(|o| json!({"order_id": o["order_id"], "amount": o["amount"], "status": o["status"]}))
+        .collect();
+    assert!(want.len() > 50 && want.len() < all.len() / 5, "{}", want.len());
+    let out = ok(weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(json_lines(&text), want);
+    // The projection keeps the order `select` gives, and the fields' text as written.
+    let first = text.lines().next().unwrap();
+    let o = &want[0];
+    let input = std::fs::read_to_string(&events).unwrap();
+    let line = input.lines().find(|l| l.starts_with(&format!(r#"{{"order_id":{},"#, o["order_id"]))).unwrap();
+    let amount = line.split(r#""amount":"#).nth(1).unwrap().split(',').next().unwrap();
+    assert_eq!(first, format!(r#"{{"order_id":{},"amount":{amount},"status":{}}}"#, o["order_id"], o["status"]));
+
+    let bad = std::fs::read_to_string(&p).unwrap().replace("ge = 100", "ge = 100, le = 200");
+    std::fs::write(&p, bad).unwrap();
+    let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("where[1]") && err.contains("exactly one"), "{err}");
 }

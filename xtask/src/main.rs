@@ -23,6 +23,7 @@ const PLUGINS: &[&str] = &[
     "jsonl-file-sink",
     "fraud-alerts",
     "json-parser",
+    "json-filter",
     "stats",
     "wit-major-1-parser",
     "hostile",
