@@ -1,8 +1,8 @@
 //! The standard library (`plugins/json-parser`, `plugins/stats`, `plugins/json-filter`): the
 //! no-code pipeline of `plugins/orders-by-status` against a naive reference computed here, with
 //! the event time as epoch milliseconds, as epoch seconds and as RFC 3339 strings with an
-//! offset; a filter and projection against the same kind of reference; and the records and
-//! configs they refuse.
+//! offset; a filter and projection against the same kind of reference; distinct counts against
+//! exact ones, within the sketch's error; and the records and configs they refuse.
 
 mod common;
 
@@ -216,4 +216,48 @@ config = {{ where = [{{ field = "status", in = ["ERROR", "PENDING"] }}, {{ field
     let out = weir().arg("test").arg(&p).arg("--events").arg(&events).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("where[1]") && err.contains("exactly one"), "{err}");
+}
+
+#[test]
+fn distinct_counts_are_estimated_within_the_sketch_s_error_and_merge_across_panes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = orders(d, 40_000, 63);
+    let all = json_lines(&std::fs::read_to_string(&events).unwrap());
+    // Sliding 10 s windows every 5 s: each window's sketch is the merge of two panes'.
+    let text = std::fs::read_to_string(by_status(d, r#"time_field = "order_ts""#))
+        .unwrap()
+        .replace(r#"type = "tumbling""#, "type = \"sliding\"\nslide = \"5 seconds\"")
+        .replace(r#"size = "5 seconds""#, r#"size = "10 seconds""#);
+    let a = text.find("config = { aggregates").unwrap();
+    let b = text[a..].find("] }").unwrap() + a + 3;
+    let text = format!(
+        "{}config = {{ aggregates = [{{ op = \"count\" }}, {{ op = \"distinct\", field = \"user_id\", as = \"users\" }}] }}{}",
+        &text[..a],
+        &text[b..]
+    );
+    let p = d.join("distinct.toml");
+    std::fs::write(&p, text).unwrap();
+    let rows = weir_test(&p, &events);
+
+    let mut max: Option<i64> = None;
+    let mut exact: BTreeMap<i64, std::collections::HashSet<u64>> = BTreeMap::new();
+    for o in &all {
+        let ts = o["order_ts"].as_i64().unwrap();
+        if max.is_some_and(|m| ts < m - 600_000) {
+            continue;
+        }
+        max = Some(max.map_or(ts, |m| m.max(ts)));
+        let pane = ts.div_euclid(5_000) * 5_000;
+        for start in [pane, pane - 5_000] {
+            exact.entry(start).or_default().insert(o["user_id"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(rows.len(), exact.len());
+    for r in &rows {
+        let want = exact[&r["window_start"].as_i64().unwrap()].len() as f64;
+        let got = r["users"].as_f64().unwrap();
+        assert!((got - want).abs() <= 0.05 * want, "{r}: {want} distinct users");
+    }
+    assert!(exact.values().any(|u| u.len() > 3_000), "windows with many users");
 }
