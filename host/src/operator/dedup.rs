@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 
-use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
+use super::{Advanced, Opened, Operator, OperatorError, Passing, Processed, Scope};
 use crate::columns;
 use crate::pipeline::Dedup;
 use crate::plugin::EventBatch;
@@ -99,9 +99,7 @@ impl Operator for Deduplicate {
         let earlier = state.ranges(&ranges)?;
         // Kept events of this batch, by key.
         let mut kept_now: HashMap<&[u8], Vec<i64>> = HashMap::new();
-        let mut passed = EventBatch::default();
-        // Index in `events` of each event of `passed`.
-        let mut origin = Vec::new();
+        let mut passed = Passing::default();
         for ((i, key), near) in candidates.iter().zip(&earlier) {
             let t = events.times[*i];
             let now = kept_now.entry(key.as_slice()).or_default();
@@ -112,18 +110,9 @@ impl Operator for Deduplicate {
             now.push(t);
             state.put(kept_key(key, t), Vec::new());
             state.put(expiry_key(t, key), Vec::new());
-            passed.times.push(t);
-            columns::push(&mut passed.keys, &mut passed.key_ends, columns::item(&events.keys, &events.key_ends, *i))?;
-            columns::push(&mut passed.rows, &mut passed.row_ends, columns::item(&events.rows, &events.row_ends, *i))?;
-            passed.origins.push(events.origins[*i]);
-            origin.push(*i as u32);
+            passed.push(events, *i, columns::item(&events.rows, &events.row_ends, *i))?;
         }
-        let next = self.next.process(&passed, watermark, state, out)?;
-        set_aside.late.extend(next.late.iter().map(|&j| origin[j as usize]));
-        set_aside.late.sort_unstable();
-        set_aside.invalid.extend(next.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
-        set_aside.duplicates += next.duplicates;
-        set_aside.unmatched += next.unmatched;
+        passed.forward(self.next.as_mut(), watermark, state, out, &mut set_aside)?;
         Ok(set_aside)
     }
 

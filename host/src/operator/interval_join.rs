@@ -5,8 +5,8 @@
 //! event's row with the right event's row under `join.as`; it goes to the sink under the key.
 //! Spark's stream-stream join with watermarks and a time constraint is the model.
 //!
-//! The right stream is the operator's side input, planned with each batch as a table join's
-//! table is (`table_join.rs`): read as far as it goes when the batch is planned, its end in the
+//! The right stream is the operator's side input (`side_input.rs`), planned with each batch as
+//! a table join's table is: read as far as it goes when the batch is planned, its end in the
 //! plan, read to there again on a re-run; its position is state. So recovery replays both
 //! streams from their checkpointed positions.
 //!
@@ -31,13 +31,14 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
+use super::side_input::SideInput;
 use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
 use crate::columns;
 use crate::pipeline::{EventTime, FailurePolicy, IntervalJoin as Spec};
 use crate::plugin::{EventBatch, ParseFns};
 use crate::side_output::SideLetter;
 use crate::sink::Rows;
-use crate::source::{Offsets, Source, SourceBatch};
+use crate::source::Offsets;
 use crate::state::{StateStore, time_from_key, time_key};
 use crate::watermark;
 
@@ -100,13 +101,11 @@ pub(crate) struct IntervalJoin {
     spec: Spec,
     delay_ms: i64,
     lateness_ms: i64,
-    /// Read a right-stream file's last line without its newline (bounded input).
-    to_the_end: bool,
     failure: FailurePolicy,
     stop: Arc<AtomicBool>,
     parser: Box<dyn ParseFns>,
-    source: Option<Source>,
-    pending: Option<(SourceBatch, Offsets)>,
+    /// The right stream, opened at the position the state holds.
+    right_input: SideInput,
     meta: Meta,
     /// The sequence number this batch's left events count from (after its right events').
     batch_seq: u64,
@@ -130,16 +129,15 @@ impl IntervalJoin {
         stop: Arc<AtomicBool>,
         parser: Box<dyn ParseFns>,
     ) -> Self {
+        let right_input = SideInput::new(spec.source.clone(), to_the_end, stop.clone());
         Self {
             spec,
             delay_ms: time.delay_ms,
             lateness_ms: time.allowed_lateness_ms,
-            to_the_end,
             failure,
             stop,
             parser,
-            source: None,
-            pending: None,
+            right_input,
             meta: Meta::default(),
             batch_seq: 0,
             left: Buffer::new(),
@@ -150,13 +148,6 @@ impl IntervalJoin {
             new_left: Vec::new(),
             new_right: Vec::new(),
         }
-    }
-
-    fn source(&mut self) -> Result<&mut Source, OperatorError> {
-        self.source.as_mut().ok_or_else(|| OperatorError::Corrupt {
-            key: "interval join".into(),
-            message: "the right stream is read before the operator was opened".into(),
-        })
     }
 
     /// The right stream's watermark: its largest event time less the delay.
@@ -226,17 +217,12 @@ impl Operator for IntervalJoin {
                 buf.entry(key).or_default().insert((time, seq), row);
             }
         }
-        self.source = Some(Source::open(&self.spec.source, self.meta.position.as_ref(), self.stop.clone())?);
+        self.right_input.open(self.meta.position.as_ref())?;
         Ok(Opened::default())
     }
 
     fn plan_side(&mut self) -> Result<Option<Offsets>, OperatorError> {
-        let to_the_end = self.to_the_end;
-        let source = self.source()?;
-        let batch = source.read_available(to_the_end)?;
-        let end = source.offsets();
-        self.pending = Some((batch, end.clone()));
-        Ok(Some(end))
+        self.right_input.plan().map(Some)
     }
 
     fn take_side(
@@ -248,33 +234,10 @@ impl Operator for IntervalJoin {
         self.right_in_force = self.right_watermark();
         self.batch_seq = self.meta.next_seq;
         let Some(end) = end else { return Ok(Vec::new()) };
-        let batch = match self.pending.take() {
-            Some((batch, planned)) if &planned == end => batch,
-            _ => self.source()?.read_until(end)?,
-        };
-        let names = self.source()?.stream_names();
-        let name = |stream: u16| names.get(stream as usize).cloned().unwrap_or_else(|| "?".into());
-        let letter = |kind: &'static str, error: String, rec: usize| SideLetter {
-            stage: "join",
-            kind,
-            error,
-            source: name(batch.positions[rec].stream),
-            position: batch.positions[rec],
-            raw: columns::item(&batch.records.values, &batch.records.value_ends, rec).to_vec(),
-        };
-        let mut bad: Vec<SideLetter> = batch
-            .bad
-            .iter()
-            .map(|b| SideLetter {
-                stage: "join",
-                kind: "malformed",
-                error: b.error.clone(),
-                source: name(b.position.stream),
-                position: b.position,
-                raw: b.raw.clone(),
-            })
-            .collect();
-        let parsed = crate::ingest::parse(self.parser.as_mut(), &batch, &self.failure, &self.stop)?;
+        let taken = self.right_input.take(end)?;
+        let mut bad = taken.undecodable();
+        let letter = |kind: &'static str, error: String, rec: usize| taken.letter(kind, error, rec);
+        let parsed = crate::ingest::parse(self.parser.as_mut(), &taken.batch, &self.failure, &self.stop)?;
         let crate::ingest::Parsed { out, failed } = parsed;
         for e in &out.errors {
             let f = crate::side_output::Failure::record(e);
@@ -313,7 +276,7 @@ impl Operator for IntervalJoin {
         self.meta.right_max = right_max;
         self.meta.position = Some(end.clone());
         self.batch_seq = self.meta.next_seq;
-        self.source()?.recycle(batch);
+        self.right_input.recycle(taken);
         Ok(bad)
     }
 
@@ -417,7 +380,7 @@ impl Operator for IntervalJoin {
         format!(
             "interval join on {on} with stream {:?} ({}) from -{} ms to +{} ms as {:?}",
             self.spec.stream,
-            self.spec.source.kind.identity(),
+            self.right_input.identity(),
             self.spec.before_ms,
             self.spec.after_ms,
             self.spec.field

@@ -23,6 +23,7 @@ pub(crate) mod dedup;
 pub(crate) mod interval_join;
 pub(crate) mod passthrough;
 pub(crate) mod processor;
+pub(crate) mod side_input;
 pub(crate) mod table_join;
 
 use crate::plugin::{EventBatch, PluginError};
@@ -125,6 +126,48 @@ pub(crate) fn field_key(row: &[u8], path: &str) -> Result<Vec<u8>, String> {
     match value {
         serde_json::Value::String(s) => Ok(s.into_bytes()),
         v => serde_json::to_vec(&v).map_err(|e| e.to_string()),
+    }
+}
+
+/// The events an operator in front of another (`[dedup]`, `[join]`) passes on, each with its
+/// index in the operator's own input, so that what the next one sets aside is reported there.
+#[derive(Default)]
+pub(crate) struct Passing {
+    events: EventBatch,
+    origin: Vec<u32>,
+}
+
+impl Passing {
+    /// Passes on event `i` of `from`, with `row` as its row.
+    pub(crate) fn push(&mut self, from: &EventBatch, i: usize, row: &[u8]) -> Result<(), crate::columns::ColumnFull> {
+        let e = &mut self.events;
+        crate::columns::push(&mut e.keys, &mut e.key_ends, crate::columns::item(&from.keys, &from.key_ends, i))?;
+        crate::columns::push(&mut e.rows, &mut e.row_ends, row)?;
+        e.times.push(from.times[i]);
+        e.origins.push(from.origins[i]);
+        self.origin.push(i as u32);
+        Ok(())
+    }
+
+    /// Runs `next` over the events passed on, and adds what it set aside to `set_aside`, by
+    /// index in the input they came from.
+    pub(crate) fn forward(
+        self,
+        next: &mut dyn Operator,
+        watermark: i64,
+        state: &mut StateStore,
+        out: &mut Rows,
+        set_aside: &mut Processed,
+    ) -> Result<(), OperatorError> {
+        let n = next.process(&self.events, watermark, state, out)?;
+        let origin = &self.origin;
+        set_aside.late.extend(n.late.iter().map(|&j| origin[j as usize]));
+        set_aside.late.sort_unstable();
+        set_aside.invalid.extend(n.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
+        set_aside.invalid.sort_unstable_by_key(|(i, _)| *i);
+        set_aside.duplicates += n.duplicates;
+        set_aside.unmatched += n.unmatched;
+        Ok(())
     }
 }
 

@@ -5,10 +5,11 @@
 //! tombstone) deletes it. Kafka Streams' stream-table join and Spark's stream-static join are the
 //! models; unlike Spark's static side, the table moves while the stream runs.
 //!
-//! Exactly-once rests on the plan. When a batch is planned, the table's source is read as far
-//! as it goes ([`Operator::plan_side`]) and the plan records where that is; the batch applies
-//! those records before its events are looked up ([`Operator::take_side`]), and a re-run after
-//! a crash reads the table's source to the same place. So a batch's events always meet the same
+//! Exactly-once rests on the plan: the table's source is the operator's side input
+//! (`side_input.rs`), read as far as it goes when a batch is planned ([`Operator::plan_side`]),
+//! its end in the plan; the batch applies those records before its events are looked up
+//! ([`Operator::take_side`]), and a re-run after a crash reads the table's source to the same
+//! place. So a batch's events always meet the same
 //! table, and the table (in RocksDB, under [`Scope::Table`]) and its position (under
 //! [`Scope::TablePosition`]) commit with the batch's state. Lookups are answered from a copy of
 //! the table in memory, loaded from RocksDB at start: a lookup per event in RocksDB's memtable
@@ -21,7 +22,8 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
+use super::side_input::{SideInput, Taken};
+use super::{Advanced, Opened, Operator, OperatorError, Passing, Processed, Scope};
 use rustc_hash::FxHashMap;
 
 use crate::columns;
@@ -29,18 +31,13 @@ use crate::pipeline::{JoinKind, TableJoin as Spec};
 use crate::plugin::EventBatch;
 use crate::side_output::SideLetter;
 use crate::sink::Rows;
-use crate::source::{Offsets, Source, SourceBatch};
+use crate::source::Offsets;
 use crate::state::StateStore;
 
 pub(crate) struct TableJoin {
     spec: Spec,
-    /// Read a table file's last line without its newline (bounded input).
-    to_the_end: bool,
-    stop: Arc<AtomicBool>,
     /// The table's source, opened at the position the state holds.
-    source: Option<Source>,
-    /// What [`Operator::plan_side`] read, with where it ends, for the batch being planned.
-    pending: Option<(SourceBatch, Offsets)>,
+    table: SideInput,
     /// The table as committed, plus what this batch's records changed: key → row.
     rows: FxHashMap<Vec<u8>, Vec<u8>>,
     /// The operator the joined events go on to.
@@ -49,34 +46,16 @@ pub(crate) struct TableJoin {
 
 impl TableJoin {
     pub(crate) fn new(spec: Spec, to_the_end: bool, stop: Arc<AtomicBool>, next: Box<dyn Operator>) -> Self {
-        Self { spec, to_the_end, stop, source: None, pending: None, rows: FxHashMap::default(), next }
+        let table = SideInput::new(spec.table.clone(), to_the_end, stop);
+        Self { spec, table, rows: FxHashMap::default(), next }
     }
 
-    fn source(&mut self) -> Result<&mut Source, OperatorError> {
-        self.source.as_mut().ok_or_else(|| OperatorError::Corrupt {
-            key: "join".into(),
-            message: "the table's source is read before the operator was opened".into(),
-        })
-    }
-
-    /// Upserts and deletes the records of `batch` into the table; returns the records it could
-    /// not take.
-    fn apply(&mut self, batch: &SourceBatch, names: &[String], state: &mut StateStore) -> Vec<SideLetter> {
-        let name = |stream: u16| names.get(stream as usize).cloned().unwrap_or_else(|| "?".into());
-        let mut bad: Vec<SideLetter> = batch
-            .bad
-            .iter()
-            .map(|b| SideLetter {
-                stage: "join",
-                kind: "malformed",
-                error: b.error.clone(),
-                source: name(b.position.stream),
-                position: b.position,
-                raw: b.raw.clone(),
-            })
-            .collect();
-        let r = &batch.records;
-        for (i, pos) in batch.positions.iter().enumerate() {
+    /// Upserts and deletes the records taken into the table; returns the records it could not
+    /// take.
+    fn apply(&mut self, taken: &Taken, state: &mut StateStore) -> Vec<SideLetter> {
+        let mut bad = taken.undecodable();
+        let r = &taken.batch.records;
+        for i in 0..taken.batch.positions.len() {
             let key = columns::item(&r.keys, &r.key_ends, i);
             let value = columns::item(&r.values, &r.value_ends, i);
             let why = if key.is_empty() {
@@ -96,14 +75,7 @@ impl TableJoin {
                 }
             };
             if let Some(error) = why {
-                bad.push(SideLetter {
-                    stage: "join",
-                    kind: "invalid-value",
-                    error,
-                    source: name(pos.stream),
-                    position: *pos,
-                    raw: value.to_vec(),
-                });
+                bad.push(taken.letter("invalid-value", error, i));
             }
         }
         bad
@@ -156,19 +128,14 @@ impl Operator for TableJoin {
                     message: e.to_string(),
                 })?),
             };
-        self.source = Some(Source::open(&self.spec.table, at.as_ref(), self.stop.clone())?);
+        self.table.open(at.as_ref())?;
         let scope = Scope::Table as u8;
         self.rows = state.range(&[scope], &[scope + 1])?.into_iter().map(|(k, v)| (k[1..].to_vec(), v)).collect();
         self.next.open(state, restored_version)
     }
 
     fn plan_side(&mut self) -> Result<Option<Offsets>, OperatorError> {
-        let to_the_end = self.to_the_end;
-        let source = self.source()?;
-        let batch = source.read_available(to_the_end)?;
-        let end = source.offsets();
-        self.pending = Some((batch, end.clone()));
-        Ok(Some(end))
+        self.table.plan().map(Some)
     }
 
     fn take_side(
@@ -178,17 +145,12 @@ impl Operator for TableJoin {
         state: &mut StateStore,
     ) -> Result<Vec<SideLetter>, OperatorError> {
         let Some(end) = end else { return Ok(Vec::new()) };
-        let batch = match self.pending.take() {
-            Some((batch, planned)) if &planned == end => batch,
-            // A batch planned before a restart: read the table to where its plan says.
-            _ => self.source()?.read_until(end)?,
-        };
-        let names = self.source()?.stream_names();
-        let bad = self.apply(&batch, &names, state);
+        let taken = self.table.take(end)?;
+        let bad = self.apply(&taken, state);
         let position = serde_json::to_vec(end)
             .map_err(|e| OperatorError::Corrupt { key: "join table position".into(), message: e.to_string() })?;
         state.put(position_key(), position);
-        self.source()?.recycle(batch);
+        self.table.recycle(taken);
         Ok(bad)
     }
 
@@ -200,9 +162,7 @@ impl Operator for TableJoin {
         out: &mut Rows,
     ) -> Result<Processed, OperatorError> {
         let mut set_aside = Processed::default();
-        let mut passed = EventBatch::default();
-        // Index in `events` of each event of `passed`.
-        let mut origin = Vec::new();
+        let mut passed = Passing::default();
         for i in 0..events.times.len() {
             let row = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
                 Err(why) => Err(why),
@@ -216,27 +176,11 @@ impl Operator for TableJoin {
                 }
             };
             match row {
-                Ok(row) => {
-                    passed.times.push(events.times[i]);
-                    columns::push(
-                        &mut passed.keys,
-                        &mut passed.key_ends,
-                        columns::item(&events.keys, &events.key_ends, i),
-                    )?;
-                    columns::push(&mut passed.rows, &mut passed.row_ends, &row)?;
-                    passed.origins.push(events.origins[i]);
-                    origin.push(i as u32);
-                }
+                Ok(row) => passed.push(events, i, &row)?,
                 Err(why) => set_aside.invalid.push((i as u32, why)),
             }
         }
-        let next = self.next.process(&passed, watermark, state, out)?;
-        set_aside.late.extend(next.late.iter().map(|&j| origin[j as usize]));
-        set_aside.late.sort_unstable();
-        set_aside.invalid.extend(next.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
-        set_aside.invalid.sort_unstable_by_key(|(i, _)| *i);
-        set_aside.duplicates += next.duplicates;
-        set_aside.unmatched += next.unmatched;
+        passed.forward(self.next.as_mut(), watermark, state, out, &mut set_aside)?;
         Ok(set_aside)
     }
 
@@ -269,7 +213,7 @@ impl Operator for TableJoin {
             "{:?} join on {on} as {:?} with table {}, then {}",
             self.spec.kind,
             self.spec.field,
-            self.spec.table.kind.identity(),
+            self.table.identity(),
             self.next.fingerprint()
         )
     }
