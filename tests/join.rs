@@ -668,3 +668,25 @@ fn a_table_topic_updated_while_the_stream_runs_reaches_the_events_after_the_upda
     assert_eq!(rows.len(), want.len());
     assert!(by_id(&rows) == by_id(&want), "the joined rows differ from the reference");
 }
+
+#[test]
+fn weir_test_shows_tombstones_as_lines_of_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = orders(d, 3_000, 71);
+    let extra = "[output]\nmode = \"update\"\ntombstones = true";
+    let p = pipeline(d, Spec { window: TUMBLING, parse_config: "key_by_user = true", extra, ..Default::default() });
+    let rows = weir_test(&p, &events);
+    let minutes = per_user_minutes(&events);
+    let windows: usize = minutes.values().map(BTreeMap::len).sum();
+    let tombstones: Vec<&Value> = rows.iter().filter(|r| r["tombstone"] == true).collect();
+    assert_eq!(tombstones.len(), windows, "one per window, at the flush");
+    for (user, ws) in &minutes {
+        for start in ws.keys() {
+            let key = format!("[{start},{},{}]", start + 60_000, json!(user));
+            let at = rows.iter().rposition(|r| r["key"] == json!(key)).unwrap_or_else(|| panic!("{key}: no tombstone"));
+            let last_row = rows.iter().rposition(|r| r["window_start"] == json!(start) && r["key"] == json!(user));
+            assert!(last_row.is_some_and(|r| r < at), "{key}: the tombstone follows the window's rows");
+        }
+    }
+}
