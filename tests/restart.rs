@@ -63,3 +63,51 @@ fn sessions_are_identical_after_repeated_kill_9() {
     assert!(kills >= 10, "only {kills} kills landed");
     assert_eq!(sink_rows(&windows), expected, "same rows in the same order");
 }
+
+/// `weir test --restarts`: the orders pipeline is replay-safe through crashes at random batch
+/// boundaries; a parser that reads a real clock is not, and the first differing row says so.
+#[test]
+fn weir_test_restarts_finds_a_plugin_that_is_not_replay_safe() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let events = orders(d, 30_000, 17);
+    let p = pipeline(d, Spec { window: TUMBLING, ..Default::default() });
+    let safe = |p: &std::path::Path, events: &std::path::Path| {
+        weir()
+            .arg("test")
+            .arg(p)
+            .arg("--events")
+            .arg(events)
+            .args(["--restarts", "4", "--out"])
+            .arg(d.join("rows.jsonl"))
+            .output()
+            .unwrap()
+    };
+    let out = safe(&p, &events);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("replay safety: the same") && err.contains("crashes at batches"), "{err}");
+
+    // Orders with a record asking the hostile parser for the time, which it can see only when
+    // granted the clocks.
+    let mut text = std::fs::read_to_string(&events).unwrap();
+    text.push_str("{\"attack\":\"clock\"}\n");
+    let with_clock = d.join("with-clock.jsonl");
+    std::fs::write(&with_clock, text).unwrap();
+    let hostile = |clocks: bool| {
+        let f = d.join(format!("clock-{clocks}.toml"));
+        let t = format!(
+            "name = \"clock\"\n[source]\ntype = \"replay\"\npath = \"x\"\nmax_offsets_per_trigger = 5000\n\
+             [parse]\nplugin = \"{}\"\ngrants.clocks = {clocks}\n",
+            component("hostile").display()
+        );
+        std::fs::write(&f, t).unwrap();
+        f
+    };
+    let out = safe(&hostile(false), &with_clock);
+    assert!(out.status.success(), "a frozen clock is replay-safe: {}", String::from_utf8_lossy(&out.stderr));
+    let out = safe(&hostile(true), &with_clock);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("differs") && err.contains("clock_ms"), "{err}");
+}

@@ -72,6 +72,14 @@ enum Command {
         /// Print one JSON progress object per batch to stderr.
         #[arg(long)]
         progress_json: bool,
+        /// Replay safety: run again with this many crashes at random batch boundaries (each
+        /// after a batch was delivered and before it was committed), restarting from the
+        /// checkpoint, and fail with the first differing row if the output differs.
+        #[arg(long, default_value_t = 0)]
+        restarts: u32,
+        /// The seed of the crash schedule (default: from the clock; printed either way).
+        #[arg(long)]
+        restart_seed: Option<u64>,
     },
     /// Generate a reference workload.
     Gen {
@@ -240,8 +248,12 @@ fn dispatch(command: Command) -> Result<Exit> {
         Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush } => {
             run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush)
         }
-        Command::Test { pipeline, events, expect, out, dead_letters, progress_json } => {
-            test::test(&test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json })
+        Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed } => {
+            let args = test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json };
+            match test::test(&args)? {
+                Exit::Done if restarts > 0 => test::replay_safety(&args, restarts, restart_seed),
+                exit => Ok(exit),
+            }
         }
         Command::Gen { what: GenWhat::Orders { n, seed, out } } => {
             let very_late = match out {

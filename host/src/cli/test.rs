@@ -3,6 +3,13 @@
 //! plugin author expects (in any order), exiting [`Exit::Mismatch`] with a diff when they differ.
 //! A test is a one-off run, so it flushes every window at the end of the events unless the
 //! pipeline file says otherwise.
+//!
+//! `--restarts N` checks replay safety, what exactly-once asks of a plugin: the events run
+//! again with N crashes at random batch boundaries (a batch delivered, not committed), each
+//! followed by a restart from the checkpoint with fresh plugin instances, which re-runs and
+//! re-delivers the open batch. The rows, each batch as last delivered, must equal the straight
+//! run's; the first that differs is shown. A plugin that reads a clock, keeps state of its own
+//! between calls or migrates state wrongly fails it.
 
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -115,4 +122,95 @@ fn diff_rows(got: &str, want: &str) -> Result<String> {
         }
     }
     Ok(out)
+}
+
+/// The rows each batch delivered, by batch id; a re-delivery replaces the first.
+type ByBatch = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<u64, Vec<u8>>>>;
+
+/// A sink that keeps each delivery's rows as JSON lines, and crashes the run (an error after
+/// the delivery, before the commit) when it delivers batch `crash_at`.
+struct Capture {
+    rows: ByBatch,
+    crash_at: Option<u64>,
+}
+
+impl crate::sink::RowSink for Capture {
+    fn deliver(&mut self, d: &crate::sink::Delivery, rows: &crate::sink::Rows) -> Result<(), crate::sink::SinkError> {
+        let mut lines = Vec::new();
+        crate::sink::LineSink(&mut lines).deliver(d, rows)?;
+        if let Ok(mut by) = self.rows.lock() {
+            by.insert(d.batch_id, lines);
+        }
+        if self.crash_at == Some(d.batch_id) {
+            return Err(std::io::Error::other(format!("a crash after delivering batch {}", d.batch_id)).into());
+        }
+        Ok(())
+    }
+}
+
+/// Runs `a`'s events once straight and once with `restarts` crashes, and compares.
+pub(super) fn replay_safety(a: &TestArgs, restarts: u32, seed: Option<u64>) -> Result<Exit> {
+    let p = replay(super::run::load(&a.pipeline)?, &a.events);
+    let seed = seed.unwrap_or_else(|| crate::checkpoint::now_ms().unsigned_abs() | 1);
+    let runtime = super::run::runtime([&p])?;
+    let stop = super::run::stop_on_signals()?;
+    let run = |checkpoint: &Path, rows: &ByBatch, crash_at: Option<u64>| {
+        let opts = RunOptions {
+            checkpoint: checkpoint.to_path_buf(),
+            dead_letters: Some(checkpoint.join("dead-letters.jsonl")),
+            progress: Progress::new(&p.name, false, None),
+            stop: stop.clone(),
+            fsync: false,
+            flush: Flush::AsConfigured { default: true },
+        };
+        let sink = Box::new(Capture { rows: rows.clone(), crash_at });
+        let stages = Stages::wasm(&p, &runtime, Output::Sink(sink), &stop)?;
+        driver::run(&p, stages, opts).map_err(anyhow::Error::from)
+    };
+    let straight = ByBatch::default();
+    let dir = driver::scratch_checkpoint().context("cannot create a scratch checkpoint directory")?;
+    let batches = run(&dir.path().join("straight"), &straight, None)?.batches;
+    // Distinct batches to crash at, in order: a crash at the same batch twice would only crash
+    // the re-run of the first.
+    let mut rng = seed;
+    let mut at: Vec<u64> = (0..restarts)
+        .map(|_| {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng % batches.max(1)
+        })
+        .collect();
+    at.sort_unstable();
+    at.dedup();
+    eprintln!("replay safety: {} crashes at batches {at:?} of {batches} (--restart-seed {seed})", at.len());
+    let crashed = ByBatch::default();
+    let checkpoint = dir.path().join("crashed");
+    for &batch in &at {
+        match run(&checkpoint, &crashed, Some(batch)) {
+            Err(e) if format!("{e:#}").contains("a crash after delivering") => {}
+            Err(e) => return Err(e.context("a run before a crash")),
+            Ok(_) => anyhow::bail!("the run ended before batch {batch}, where it was to crash"),
+        }
+    }
+    run(&checkpoint, &crashed, None).context("the run after the last crash")?;
+    let lines = |by: &ByBatch| -> Vec<String> {
+        let by = by.lock().map(|b| b.clone()).unwrap_or_default();
+        by.values()
+            .flat_map(|rows| String::from_utf8_lossy(rows).lines().map(str::to_string).collect::<Vec<_>>())
+            .collect()
+    };
+    let (want, got) = (lines(&straight), lines(&crashed));
+    if let Some(i) = (0..want.len().max(got.len())).find(|&i| want.get(i) != got.get(i)) {
+        eprintln!(
+            "replay safety: row {} differs after {} crashes (--restart-seed {seed}):\n  straight: {}\n  restarted: {}",
+            i + 1,
+            at.len(),
+            want.get(i).map_or("(none)", String::as_str),
+            got.get(i).map_or("(none)", String::as_str),
+        );
+        return Ok(Exit::Mismatch);
+    }
+    eprintln!("replay safety: the same {} rows after {} crashes", want.len(), at.len());
+    Ok(Exit::Done)
 }
