@@ -80,9 +80,18 @@ pub(crate) fn check_object(row: &[u8]) -> Result<(), String> {
 /// object; `None`: it has none), after checking that `row` is one JSON object in which the
 /// field appears at most once.
 pub(crate) fn field<'a>(row: &'a [u8], path: &str) -> Result<Option<&'a [u8]>, String> {
-    match scan::scan(row, &scan::Paths::new([path])) {
-        Ok([found]) => Ok(found),
-        Err(scan::ScanError::Duplicate(_)) => Err(format!("the row has the field {path:?} twice")),
+    let [found] = fields(row, &scan::Paths::new([path]))?;
+    Ok(found)
+}
+
+/// [`field`] for several paths in one scan, split beforehand (once per operator, not per row).
+pub(crate) fn fields<'a, const N: usize>(
+    row: &'a [u8],
+    paths: &scan::Paths<N>,
+) -> Result<[Option<&'a [u8]>; N], String> {
+    match scan::scan(row, paths) {
+        Ok(found) => Ok(found),
+        Err(scan::ScanError::Duplicate(i)) => Err(format!("the row has the field {:?} twice", paths.name(i))),
         Err(e) => Err(format!("the row is not a JSON object ({e})")),
     }
 }

@@ -31,6 +31,7 @@ use std::sync::atomic::AtomicBool;
 
 use serde::{Deserialize, Serialize};
 
+use super::join_rows::JoinRows;
 use super::side_input::SideInput;
 use super::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
 use crate::columns;
@@ -106,6 +107,8 @@ pub(crate) struct IntervalJoin {
     parser: Box<dyn ParseFns>,
     /// The right stream, opened at the position the state holds.
     right_input: SideInput,
+    /// Each event's key, and the joined row (`join_rows.rs`).
+    join: JoinRows,
     meta: Meta,
     /// The sequence number this batch's left events count from (after its right events').
     batch_seq: u64,
@@ -130,6 +133,7 @@ impl IntervalJoin {
         parser: Box<dyn ParseFns>,
     ) -> Self {
         let right_input = SideInput::new(spec.source.clone(), to_the_end, stop.clone());
+        let join = JoinRows::new(spec.on.as_deref(), &spec.field);
         Self {
             spec,
             delay_ms: time.delay_ms,
@@ -138,6 +142,7 @@ impl IntervalJoin {
             stop,
             parser,
             right_input,
+            join,
             meta: Meta::default(),
             batch_seq: 0,
             left: Buffer::new(),
@@ -185,14 +190,12 @@ impl IntervalJoin {
         Ok(())
     }
 
-    /// Rows for `l` joined with `r`, under their key.
+    /// The row of `left_row` (checked when it was taken in) joined with `right_row`, under
+    /// their key.
     fn emit(&self, key: &[u8], left_row: &[u8], right_row: &[u8], out: &mut Rows) -> Result<(), OperatorError> {
-        match super::table_join::joined(left_row, &self.spec.field, Some(right_row)) {
-            Ok(row) => out.push(key, &row)?,
-            // Checked when the left event was taken in.
-            Err(why) => tracing::warn!("interval join: {why}"),
-        }
-        Ok(())
+        let mut row = Vec::with_capacity(left_row.len() + right_row.len() + self.spec.field.len() + 4);
+        self.join.splice(left_row, Some(right_row), &mut row);
+        Ok(out.push(key, &row)?)
     }
 }
 
@@ -295,7 +298,8 @@ impl Operator for IntervalJoin {
                 set_aside.late.push(i as u32);
                 continue;
             }
-            let key = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
+            // A row the joined row cannot be made of is refused now, not when it matches.
+            let key = match self.join.key(events, i) {
                 Ok(k) => k,
                 Err(why) => {
                     set_aside.invalid.push((i as u32, why));
@@ -303,11 +307,6 @@ impl Operator for IntervalJoin {
                 }
             };
             let row = columns::item(&events.rows, &events.row_ends, i);
-            // A row the joined row cannot be made of is refused now, not when it matches.
-            if let Err(why) = super::table_join::joined(row, &self.spec.field, None) {
-                set_aside.invalid.push((i as u32, why));
-                continue;
-            }
             let seq = self.batch_seq + self.new_left.len() as u64;
             state.put(entry_key(Side::Left, &key, t, seq), row.to_vec());
             self.new_left.push((key, t, seq, row.to_vec()));

@@ -21,6 +21,7 @@
 
 pub(crate) mod dedup;
 pub(crate) mod interval_join;
+pub(crate) mod join_rows;
 pub(crate) mod passthrough;
 pub(crate) mod processor;
 pub(crate) mod side_input;
@@ -114,6 +115,11 @@ pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i:
 /// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
 pub(crate) fn field_key(row: &[u8], path: &str) -> Result<Vec<u8>, String> {
     let raw = crate::json::field(row, path)?.ok_or_else(|| format!("the row has no field {path:?} to key by"))?;
+    key_text(raw)
+}
+
+/// The key a field's raw JSON text gives ([`field_key`]'s rule).
+pub(crate) fn key_text(raw: &[u8]) -> Result<Vec<u8>, String> {
     // The common cases without a decoder: a string without escapes, an integer.
     match raw {
         [b'"', inner @ .., b'"'] if !inner.contains(&b'\\') => return Ok(inner.to_vec()),
@@ -140,9 +146,28 @@ pub(crate) struct Passing {
 impl Passing {
     /// Passes on event `i` of `from`, with `row` as its row.
     pub(crate) fn push(&mut self, from: &EventBatch, i: usize, row: &[u8]) -> Result<(), crate::columns::ColumnFull> {
+        self.push_built(from, i, |rows| rows.extend_from_slice(row))
+    }
+
+    /// Passes on event `i` of `from`, its row written by `build` straight into the column.
+    pub(crate) fn push_built(
+        &mut self,
+        from: &EventBatch,
+        i: usize,
+        build: impl FnOnce(&mut Vec<u8>),
+    ) -> Result<(), crate::columns::ColumnFull> {
         let e = &mut self.events;
-        crate::columns::push(&mut e.keys, &mut e.key_ends, crate::columns::item(&from.keys, &from.key_ends, i))?;
-        crate::columns::push(&mut e.rows, &mut e.row_ends, row)?;
+        let key = crate::columns::item(&from.keys, &from.key_ends, i);
+        let key_end = crate::columns::end_after(e.keys.len(), key.len())?;
+        let start = e.rows.len();
+        build(&mut e.rows);
+        let Ok(row_end) = u32::try_from(e.rows.len()) else {
+            e.rows.truncate(start);
+            return Err(crate::columns::ColumnFull);
+        };
+        e.keys.extend_from_slice(key);
+        e.key_ends.push(key_end);
+        e.row_ends.push(row_end);
         e.times.push(from.times[i]);
         e.origins.push(from.origins[i]);
         self.origin.push(i as u32);

@@ -22,6 +22,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use super::join_rows::JoinRows;
 use super::side_input::{SideInput, Taken};
 use super::{Advanced, Opened, Operator, OperatorError, Passing, Processed, Scope};
 use rustc_hash::FxHashMap;
@@ -38,6 +39,8 @@ pub(crate) struct TableJoin {
     spec: Spec,
     /// The table's source, opened at the position the state holds.
     table: SideInput,
+    /// The key of each event, and its joined row (`join_rows.rs`).
+    join: JoinRows,
     /// The table as committed, plus what this batch's records changed: key → row.
     rows: FxHashMap<Vec<u8>, Vec<u8>>,
     /// The operator the joined events go on to.
@@ -47,7 +50,8 @@ pub(crate) struct TableJoin {
 impl TableJoin {
     pub(crate) fn new(spec: Spec, to_the_end: bool, stop: Arc<AtomicBool>, next: Box<dyn Operator>) -> Self {
         let table = SideInput::new(spec.table.clone(), to_the_end, stop);
-        Self { spec, table, rows: FxHashMap::default(), next }
+        let join = JoinRows::new(spec.on.as_deref(), &spec.field);
+        Self { spec, table, join, rows: FxHashMap::default(), next }
     }
 
     /// Upserts and deletes the records taken into the table; returns the records it could not
@@ -90,32 +94,6 @@ fn table_key(key: &[u8]) -> Vec<u8> {
 
 fn position_key() -> Vec<u8> {
     Scope::TablePosition.key(0)
-}
-
-/// The event's row with `value` (JSON, or `null` when absent) as its field `field`; refused
-/// when the row has that field already (which of the two a reader would take is its own
-/// choice).
-pub(super) fn joined(row: &[u8], field: &str, value: Option<&[u8]>) -> Result<Vec<u8>, String> {
-    if crate::json::field(row, field)?.is_some() {
-        return Err(format!(
-            "the row has a field {field:?} already, where join.as puts the table's row; set join.as to another name"
-        ));
-    }
-    let s = row.trim_ascii();
-    let inner = s[1..s.len() - 1].trim_ascii();
-    let value = value.unwrap_or(b"null");
-    let name = serde_json::to_vec(field).map_err(|e| e.to_string())?;
-    let mut out = Vec::with_capacity(s.len() + name.len() + value.len() + 3);
-    out.push(b'{');
-    out.extend_from_slice(inner);
-    if !inner.is_empty() {
-        out.push(b',');
-    }
-    out.extend_from_slice(&name);
-    out.push(b':');
-    out.extend_from_slice(value);
-    out.push(b'}');
-    Ok(out)
 }
 
 impl Operator for TableJoin {
@@ -164,21 +142,20 @@ impl Operator for TableJoin {
         let mut set_aside = Processed::default();
         let mut passed = Passing::default();
         for i in 0..events.times.len() {
-            let row = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
-                Err(why) => Err(why),
-                Ok(key) => {
-                    let found = self.rows.get(&key);
-                    if found.is_none() && self.spec.kind == JoinKind::Inner {
-                        set_aside.unmatched += 1;
-                        continue;
-                    }
-                    joined(columns::item(&events.rows, &events.row_ends, i), &self.spec.field, found.map(Vec::as_slice))
+            let key = match self.join.key(events, i) {
+                Ok(key) => key,
+                Err(why) => {
+                    set_aside.invalid.push((i as u32, why));
+                    continue;
                 }
             };
-            match row {
-                Ok(row) => passed.push(events, i, &row)?,
-                Err(why) => set_aside.invalid.push((i as u32, why)),
+            let found = self.rows.get(&key).map(Vec::as_slice);
+            if found.is_none() && self.spec.kind == JoinKind::Inner {
+                set_aside.unmatched += 1;
+                continue;
             }
+            let row = columns::item(&events.rows, &events.row_ends, i);
+            passed.push_built(events, i, |out| self.join.splice(row, found, out))?;
         }
         passed.forward(self.next.as_mut(), watermark, state, out, &mut set_aside)?;
         Ok(set_aside)
@@ -224,38 +201,5 @@ impl Operator for TableJoin {
 
     fn rollback(&mut self, mark: usize) {
         self.next.rollback(mark)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn joined_rows_splice_the_table_row_in() {
-        assert_eq!(joined(br#" {"a":1} "#, "t", Some(br#"{"b":2}"#)).unwrap(), br#"{"a":1,"t":{"b":2}}"#);
-        assert_eq!(joined(b"{}", "t", None).unwrap(), br#"{"t":null}"#);
-        assert_eq!(joined(br#"{"a":"x"}"#, "t\"q", None).unwrap(), br#"{"a":"x","t\"q":null}"#);
-        assert!(joined(br#"{"t":1}"#, "t", None).unwrap_err().contains("join.as"));
-        assert!(joined(b"[1]", "t", None).is_err());
-    }
-
-    proptest::proptest! {
-        /// Whatever the row and the table's row, the joined row is one JSON object holding both.
-        #[test]
-        fn joined_rows_are_json(fields in proptest::collection::btree_map("[a-z\"\\\\]{0,4}", 0i64..9, 0..5), t in 0i64..9) {
-            let row = serde_json::to_vec(&fields).unwrap();
-            let value = serde_json::to_vec(&serde_json::json!({ "v": t })).unwrap();
-            match joined(&row, "as", Some(&value)) {
-                Ok(out) => {
-                    let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
-                    proptest::prop_assert_eq!(&v["as"]["v"], &serde_json::json!(t));
-                    for (k, n) in &fields {
-                        proptest::prop_assert_eq!(&v[k], &serde_json::json!(n));
-                    }
-                }
-                Err(_) => proptest::prop_assert!(fields.contains_key("as")),
-            }
-        }
     }
 }
