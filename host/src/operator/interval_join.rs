@@ -91,6 +91,9 @@ fn split_entry_key(k: &[u8]) -> Option<(Vec<u8>, i64, u64)> {
     Some((key, time, seq))
 }
 
+/// What the meta entry is called in an error.
+const META: &str = "interval join meta";
+
 fn meta_key() -> Vec<u8> {
     Scope::IntervalMeta.key(0)
 }
@@ -183,13 +186,6 @@ impl IntervalJoin {
         }
     }
 
-    fn save_meta(&self, state: &mut StateStore) -> Result<(), OperatorError> {
-        let v = serde_json::to_vec(&self.meta)
-            .map_err(|e| OperatorError::Corrupt { key: "interval join meta".into(), message: e.to_string() })?;
-        state.put(meta_key(), v);
-        Ok(())
-    }
-
     /// The row of `left_row` (checked when it was taken in) joined with `right_row`, under
     /// their key.
     fn emit(&self, key: &[u8], left_row: &[u8], right_row: &[u8], out: &mut Rows) -> Result<(), OperatorError> {
@@ -201,9 +197,8 @@ impl IntervalJoin {
 
 impl Operator for IntervalJoin {
     fn open(&mut self, state: &mut StateStore, _: Option<u32>) -> Result<Opened, OperatorError> {
-        if let Some(v) = state.get(&meta_key())? {
-            self.meta = serde_json::from_slice(&v)
-                .map_err(|e| OperatorError::Corrupt { key: "interval join meta".into(), message: e.to_string() })?;
+        if let Some(meta) = super::load_json(state, &meta_key(), META)? {
+            self.meta = meta;
         }
         for side in [Side::Left, Side::Right] {
             let scope = side.scope() as u8;
@@ -361,7 +356,7 @@ impl Operator for IntervalJoin {
             self.cut(Side::Left, w.saturating_sub(before), state);
             self.cut(Side::Right, w.saturating_sub(after), state);
         }
-        self.save_meta(state)?;
+        super::save_json(state, meta_key(), &self.meta, META)?;
         Ok(Advanced { emitted: out.len() - emitted_before, failed: Vec::new() })
     }
 

@@ -135,6 +135,34 @@ pub(crate) fn key_text(raw: &[u8]) -> Result<Vec<u8>, String> {
     }
 }
 
+/// A state entry an operator keeps as JSON (a side input's position, its notes beside it),
+/// under `key`; `what` names it if it does not decode.
+pub(crate) fn load_json<T: serde::de::DeserializeOwned>(
+    state: &StateStore,
+    key: &[u8],
+    what: &str,
+) -> Result<Option<T>, OperatorError> {
+    match state.get(key)? {
+        None => Ok(None),
+        Some(v) => serde_json::from_slice(&v)
+            .map(Some)
+            .map_err(|e| OperatorError::Corrupt { key: what.into(), message: e.to_string() }),
+    }
+}
+
+/// Stages `value` as the JSON entry `key` ([`load_json`]).
+pub(crate) fn save_json<T: serde::Serialize>(
+    state: &mut StateStore,
+    key: Vec<u8>,
+    value: &T,
+    what: &str,
+) -> Result<(), OperatorError> {
+    let v =
+        serde_json::to_vec(value).map_err(|e| OperatorError::Corrupt { key: what.into(), message: e.to_string() })?;
+    state.put(key, v);
+    Ok(())
+}
+
 /// The events an operator in front of another (`[dedup]`, `[join]`) passes on, each with its
 /// index in the operator's own input, so that what the next one sets aside is reported there.
 #[derive(Default)]

@@ -92,20 +92,16 @@ fn table_key(key: &[u8]) -> Vec<u8> {
     k
 }
 
+/// What the position entry is called in an error.
+const POSITION: &str = "join table position";
+
 fn position_key() -> Vec<u8> {
     Scope::TablePosition.key(0)
 }
 
 impl Operator for TableJoin {
     fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
-        let at: Option<Offsets> =
-            match state.get(&position_key())? {
-                None => None,
-                Some(v) => Some(serde_json::from_slice(&v).map_err(|e| OperatorError::Corrupt {
-                    key: "join table position".into(),
-                    message: e.to_string(),
-                })?),
-            };
+        let at: Option<Offsets> = super::load_json(state, &position_key(), POSITION)?;
         self.table.open(at.as_ref())?;
         let scope = Scope::Table as u8;
         self.rows = state.range(&[scope], &[scope + 1])?.into_iter().map(|(k, v)| (k[1..].to_vec(), v)).collect();
@@ -125,9 +121,7 @@ impl Operator for TableJoin {
         let Some(end) = end else { return Ok(Vec::new()) };
         let taken = self.table.take(end)?;
         let bad = self.apply(&taken, state);
-        let position = serde_json::to_vec(end)
-            .map_err(|e| OperatorError::Corrupt { key: "join table position".into(), message: e.to_string() })?;
-        state.put(position_key(), position);
+        super::save_json(state, position_key(), end, POSITION)?;
         self.table.recycle(taken);
         Ok(bad)
     }
