@@ -25,7 +25,7 @@ impl Config {
         Self::from_json(&crate::host::config())
     }
 
-    fn from_json(text: &str) -> Result<Self, PluginError> {
+    pub(crate) fn from_json(text: &str) -> Result<Self, PluginError> {
         match serde_json::from_str(text) {
             Ok(serde_json::Value::Object(table)) => Ok(Self { table, read: RefCell::default() }),
             Ok(other) => Err(PluginError::InvalidConfig(format!("expected a table, got {other}"))),

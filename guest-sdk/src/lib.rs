@@ -37,6 +37,7 @@ mod field;
 mod process;
 mod roles;
 mod scan;
+pub mod testing;
 
 #[doc(hidden)]
 pub mod __rt;
@@ -53,7 +54,7 @@ pub use wit_bindgen as __wit_bindgen;
 #[doc(hidden)]
 pub mod __bindings {
     wit_bindgen::generate!({
-        path: "../wit",
+        path: "wit",
         // The world by name alone: its package version is `wit/plugin.wit`'s, said once there.
         world: "plugin",
         pub_export_macro: true,
