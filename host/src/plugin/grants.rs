@@ -226,8 +226,13 @@ impl Resolved {
         wasi.envs(&self.env);
         if !self.network.is_empty() {
             let allowed = self.network.clone();
-            wasi.allow_tcp(true).socket_addr_check(move |addr, _| {
-                let ok = allowed.contains(&addr);
+            wasi.allow_tcp(true).socket_addr_check(move |addr, what| {
+                // A client socket may be bound to an ephemeral local port first (CPython's and
+                // wasi-libc's connect do): that is part of connecting, not a way to any address.
+                let ephemeral = matches!(what, wasmtime_wasi::sockets::SocketAddrUse::TcpBind)
+                    && addr.ip().is_unspecified()
+                    && addr.port() == 0;
+                let ok = ephemeral || allowed.contains(&addr);
                 Box::pin(async move { ok })
             });
         }
