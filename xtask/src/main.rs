@@ -1,12 +1,14 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
-//! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB).
-//! - `build`: the host and every plugin in release mode; components land in `plugins/dist/`,
-//!   where pipeline files find them whatever `CARGO_TARGET_DIR` is.
+//! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB; a Python
+//!   environment with the pinned componentize-py, in `~/.cache/weir-tools`).
+//! - `build`: the host and every plugin in release mode, the Python ones with `weir build`;
+//!   components land in `plugins/dist/`, where pipeline files find them whatever
+//!   `CARGO_TARGET_DIR` is.
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
-//! - `test`: build, install the tansu broker if it is missing, then formatting, lints and every
-//!   test.
+//! - `test`: build, install the tansu broker if it is missing, then formatting, lints, the Python
+//!   SDK's tests and every test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -32,6 +34,19 @@ const PLUGINS: &[&str] = &[
     "forger",
 ];
 
+/// Python plugins, by source directory, built with `weir build` into `plugins/dist/NAME.wasm`.
+/// A build takes about 10 s, so each is kept in a cache keyed by the digest of everything that
+/// goes into it (its sources, the SDK, the WIT, the pinned requirements).
+const PYTHON_PLUGINS: &[(&str, &str)] = &[
+    ("plugins/orders-json-py", "orders_json_py"),
+    ("plugins/error-rate-py", "error_rate_py"),
+    ("plugins/fraud-alerts-py", "fraud_alerts_py"),
+    ("tests/plugins/hostile-py", "hostile_py"),
+];
+
+/// What the Python environment installs: the SDK's requirements (componentize-py, pinned).
+const PYTHON_REQUIREMENTS: &str = "guest-sdk-python/requirements.txt";
+
 fn main() -> Result<()> {
     // At run time, not `env!`: checkouts that share a target directory share one xtask binary.
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").context("run me as `cargo xtask`")?;
@@ -39,10 +54,10 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "setup" => setup(),
+        "setup" => setup().and_then(|()| python(&root)).map(drop),
         "build" => setup().and_then(|()| build(&root)),
         "demo" => setup().and_then(|()| build(&root)).and_then(|()| demo(&root)),
-        "test" => setup().and_then(|()| build(&root)).and_then(|()| tansu()).and_then(test),
+        "test" => setup().and_then(|()| build(&root)).and_then(|()| tansu()).and_then(|t| test(&root, t)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -121,7 +136,99 @@ fn build(root: &Path) -> Result<()> {
         let file = format!("{}.wasm", p.replace('-', "_"));
         std::fs::copy(built.join(&file), dist.join(&file)).with_context(|| format!("copying {file}"))?;
     }
+    build_python(root, &dist)?;
     eprintln!("components in {}", dist.display());
+    Ok(())
+}
+
+fn tools_dir() -> Result<PathBuf> {
+    let home = std::env::var_os("HOME").context("HOME is not set")?;
+    Ok(Path::new(&home).join(".cache").join("weir-tools"))
+}
+
+/// A virtual environment with the SDK's pinned requirements, made once per requirements file
+/// (its digest names it); returns its Python.
+fn python(root: &Path) -> Result<PathBuf> {
+    let requirements = std::fs::read(root.join(PYTHON_REQUIREMENTS)).context(PYTHON_REQUIREMENTS)?;
+    let venv = tools_dir()?.join(format!("python-{:016x}", digest(&[&requirements])));
+    let python = venv.join("bin").join("python");
+    // Written last: an interrupted install is never taken for a finished one.
+    let complete = venv.join(".weir-complete");
+    if !complete.exists() {
+        if !have("python3", "--version") {
+            bail!("Python 3.10 or later is needed for the Python SDK: install python3 and python3-venv");
+        }
+        let _ = std::fs::remove_dir_all(&venv);
+        run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
+            .context("python3 -m venv failed: on Debian, install python3-venv")?;
+        run(Command::new(&python).args(["-m", "pip", "install", "-q", "-r"]).arg(root.join(PYTHON_REQUIREMENTS)))?;
+        std::fs::write(&complete, b"")?;
+    }
+    Ok(python)
+}
+
+/// FNV-1a over the parts: a cache key, not a security boundary.
+fn digest(parts: &[&[u8]]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for part in parts {
+        for &b in part.iter().chain(&(part.len() as u64).to_le_bytes()) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Every file under `dir` (sorted, caches skipped), as (relative path, contents).
+fn files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).with_context(|| format!("reading {}", d.display()))? {
+            let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if name == "__pycache__" || name.ends_with(".wasm") || name.ends_with(".egg-info") || name == "build" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path.strip_prefix(dir)?.to_string_lossy().into_owned();
+                out.push((rel, std::fs::read(&path)?));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+fn build_python(root: &Path, dist: &Path) -> Result<()> {
+    let python = python(root)?;
+    let mut shared = files(&root.join("guest-sdk-python").join("src"))?;
+    shared.push(("wit".into(), std::fs::read(root.join("wit").join("plugin.wit"))?));
+    shared.push(("requirements".into(), std::fs::read(root.join(PYTHON_REQUIREMENTS))?));
+    let cache = tools_dir()?.join("python-components");
+    std::fs::create_dir_all(&cache)?;
+    for (src, name) in PYTHON_PLUGINS {
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let own = files(&root.join(src))?;
+        for (path, text) in shared.iter().chain(&own) {
+            parts.push(path.as_bytes());
+            parts.push(text);
+        }
+        let cached = cache.join(format!("{name}-{:016x}.wasm", digest(&parts)));
+        if !cached.exists() {
+            let partial = cached.with_extension("partial");
+            run(weir()?
+                .arg("build")
+                .arg(root.join(src))
+                .arg("-o")
+                .arg(&partial)
+                .env("WEIR_PYTHON", &python)
+                .env("PYTHONPATH", root.join("guest-sdk-python").join("src")))?;
+            std::fs::rename(&partial, &cached)?;
+        }
+        std::fs::copy(&cached, dist.join(format!("{name}.wasm"))).with_context(|| format!("copying {name}.wasm"))?;
+    }
     Ok(())
 }
 
@@ -139,8 +246,7 @@ fn demo(root: &Path) -> Result<()> {
 const TANSU_VERSION: &str = "0.6.0";
 
 fn tansu() -> Result<PathBuf> {
-    let home = std::env::var_os("HOME").context("HOME is not set")?;
-    let tools = Path::new(&home).join(".cache").join("weir-tools");
+    let tools = tools_dir()?;
     let root = tools.join(format!("tansu-{TANSU_VERSION}"));
     let bin = root.join("bin").join("tansu");
     if !bin.exists() {
@@ -154,7 +260,7 @@ fn tansu() -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn test(tansu: PathBuf) -> Result<()> {
+fn test(root: &Path, tansu: PathBuf) -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     let mut c = cargo();
@@ -163,7 +269,17 @@ fn test(tansu: PathBuf) -> Result<()> {
         c.args(["-p", p]);
     }
     run(c.args(["--", "-D", "warnings"]))?;
-    run(cargo().args(["test", "--release"]).env("WEIR_TANSU", tansu))
+    let python = python(root)?;
+    run(Command::new(&python).args([
+        "-m",
+        "unittest",
+        "discover",
+        "-s",
+        "guest-sdk-python/tests",
+        "-t",
+        "guest-sdk-python/tests",
+    ]))?;
+    run(cargo().args(["test", "--release"]).env("WEIR_TANSU", tansu).env("WEIR_PYTHON", python))
 }
 
 /// The repository stands alone, and says each version once.
@@ -193,6 +309,21 @@ mod tests {
         wit.lines()
             .find_map(|l| Some(l.strip_prefix("package weir:plugin@")?.strip_suffix(';')?.to_string()))
             .expect("a package line")
+    }
+
+    /// The guest SDK can be published: its package holds the WIT its bindings are generated
+    /// from (`guest-sdk/wit` links to the one `wit/`), so a plugin built outside this repository
+    /// gets the same contract.
+    #[test]
+    fn the_guest_sdk_package_carries_the_wit() {
+        let out = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["package", "--list", "--allow-dirty", "-p", "weir-guest"])
+            .current_dir(root())
+            .output()
+            .expect("cargo runs");
+        let files = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(files.lines().any(|f| f == "wit/plugin.wit"), "the package lists no wit/plugin.wit:\n{files}");
     }
 
     #[test]

@@ -3,10 +3,12 @@
 
 mod bench;
 mod broker;
+mod build;
 mod demo;
 mod exit;
 mod inspect;
 mod metrics;
+mod new;
 mod record;
 mod run;
 mod test;
@@ -77,6 +79,12 @@ enum Command {
         /// checkpoint, and fail with the first differing row if the output differs.
         #[arg(long, default_value_t = 0)]
         restarts: u32,
+        /// Run the pipeline's own sink plugin (its writable directory grants moved into fresh
+        /// directories under DIR) instead of printing the rows, and check that what it wrote
+        /// there, as JSON lines, is each delivered row once. With --restarts, after the crashes
+        /// too: a sink that writes a re-delivered batch twice fails.
+        #[arg(long, value_name = "DIR")]
+        sink: Option<PathBuf>,
         /// The seed of the crash schedule (default: from the clock; printed either way).
         #[arg(long)]
         restart_seed: Option<u64>,
@@ -169,6 +177,32 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         kafka_file: Option<PathBuf>,
     },
+    /// Create a plugin project that builds and passes `weir test` as it is: source with a unit
+    /// test, a pipeline file, recorded events and the rows they give.
+    New {
+        #[arg(value_enum)]
+        role: new::Role,
+        /// The plugin's name (lowercase, `-` and `_`), also the directory made for it.
+        name: String,
+        #[arg(long, value_enum, default_value = "rust")]
+        lang: new::Lang,
+        /// The directory to create (default: NAME).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Rust: the guest SDK's directory (a Weir checkout's `guest-sdk/`; default:
+        /// $WEIR_GUEST_SDK, else the published `weir-guest` crate).
+        #[arg(long)]
+        sdk: Option<PathBuf>,
+    },
+    /// Build a plugin project (a Rust crate, or a Python module) into a component.
+    Build {
+        /// The project (default: the current directory).
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Where to write the component (default: DIR/NAME.wasm).
+        #[arg(short, long)]
+        out: Option<PathBuf>,
+    },
     /// The demo: an embedded Kafka broker, generated orders flowing into it, and the orders
     /// error-rate pipeline reading them through the Wasm plugins, printing windows and alerts.
     Demo {
@@ -248,8 +282,8 @@ fn dispatch(command: Command) -> Result<Exit> {
         Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush } => {
             run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush)
         }
-        Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed } => {
-            let args = test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json };
+        Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed, sink } => {
+            let args = test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json, sink_dir: sink };
             match test::test(&args)? {
                 Exit::Done if restarts > 0 => test::replay_safety(&args, restarts, restart_seed),
                 exit => Ok(exit),
@@ -346,6 +380,18 @@ fn dispatch(command: Command) -> Result<Exit> {
                 None => record::record(&args, &mut BufWriter::new(std::io::stdout().lock()), stop)?,
             };
             eprintln!("recorded {n} records from {}", args.topic);
+            Ok(Exit::Done)
+        }
+        Command::New { role, name, lang, dir, sdk } => {
+            let dir = new::new(&new::NewArgs { role, name, lang, dir, sdk })?;
+            eprintln!(
+                "created {d}; next: weir build {d} && (cd {d} && weir test pipeline.toml --events events.jsonl --expect expected.jsonl)",
+                d = dir.display()
+            );
+            Ok(Exit::Done)
+        }
+        Command::Build { dir, out } => {
+            build::build(&dir, out.as_deref())?;
             Ok(Exit::Done)
         }
         Command::Demo { pipeline, rate, events, threshold, progress_json } => {
