@@ -1,8 +1,9 @@
-//! The standard library (`plugins/json-parser`, `plugins/stats`, `plugins/json-filter`): the
-//! no-code pipeline of `plugins/orders-by-status` against a naive reference computed here, with
-//! the event time as epoch milliseconds, as epoch seconds and as RFC 3339 strings with an
-//! offset; a filter and projection against the same kind of reference; distinct counts against
-//! exact ones, within the sketch's error; and the records and configs they refuse.
+//! The standard library (`plugins/json-parser`, `plugins/stats`, `plugins/json-filter`,
+//! `plugins/stdout-sink`): the no-code pipeline of `plugins/orders-by-status` against a naive
+//! reference computed here, with the event time as epoch milliseconds, as epoch seconds and as
+//! RFC 3339 strings with an offset; a filter and projection against the same kind of reference;
+//! distinct counts against exact ones, within the sketch's error; the stdout sink and its grant;
+//! and the records and configs they refuse.
 
 mod common;
 
@@ -260,4 +261,55 @@ fn distinct_counts_are_estimated_within_the_sketch_s_error_and_merge_across_pane
         assert!((got - want).abs() <= 0.05 * want, "{r}: {want} distinct users");
     }
     assert!(exact.values().any(|u| u.len() > 3_000), "windows with many users");
+}
+
+/// The stdout sink writes each row as a line of the process's standard output, but only with
+/// `grants.stdout` (without it, a plugin's writes there go nowhere); `delivery = true` tags each
+/// row with its delivery, so a reader can drop a batch printed again after a crash.
+#[test]
+fn the_stdout_sink_prints_each_row_only_when_granted() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 3_000, 21);
+    let pipeline = |name: &str, sink: &str| {
+        let p = dir.path().join(format!("{name}.toml"));
+        let text = format!(
+            "name = \"{name}\"\n[source]\ntype = \"replay\"\npath = \"{}\"\nmax_offsets_per_trigger = 1000\n[parse]\nplugin = \"{}\"\n[watermark]\ndelay = \"10 minutes\"\n[window]\n{TUMBLING}\n[aggregate]\nplugin = \"{}\"\n[sink]\nplugin = \"{}\"\n{sink}\n[checkpoint]\nlocation = \"{}\"\n",
+            events.display(),
+            component("orders_json").display(),
+            component("error_rate").display(),
+            component("stdout_sink").display(),
+            dir.path().join(format!("cp-{name}")).display(),
+        );
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let stdout = |p: &Path| {
+        let out = ok(weir().arg("run").arg("--flush").arg(p).output().unwrap());
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let want = weir_test(&pipeline("reference", ""), &events);
+    assert!(!want.is_empty());
+    assert_eq!(json_lines(&stdout(&pipeline("granted", "grants.stdout = true"))), want);
+    assert_eq!(stdout(&pipeline("denied", "")), "", "no grant, no output");
+    let tagged = json_lines(&stdout(&pipeline("tagged", "config = { delivery = true }\ngrants.stdout = true")));
+    assert_eq!(tagged.iter().map(|r| r["row"].clone()).collect::<Vec<_>>(), want);
+    assert!(tagged.iter().all(|r| r["delivery"].as_str().is_some_and(|d| d.len() > 20)), "{tagged:?}");
+}
+
+#[test]
+fn only_a_sink_may_be_granted_standard_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.toml");
+    std::fs::write(
+        &p,
+        format!(
+            "name = \"p\"\n[source]\ntype = \"replay\"\npath = \"x.jsonl\"\n[parse]\nplugin = \"{}\"\ngrants.stdout = true\n",
+            component("orders_json").display()
+        ),
+    )
+    .unwrap();
+    let out = weir().arg("run").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("parse.grants.stdout") && stderr.contains("only a [sink]"), "{stderr}");
 }

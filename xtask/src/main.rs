@@ -27,6 +27,7 @@ const PLUGINS: &[&str] = &[
     "json-parser",
     "json-filter",
     "stats",
+    "stdout-sink",
     "wit-major-1-parser",
     "hostile",
     "versioned-count",

@@ -180,6 +180,9 @@ pub(super) struct GrantsFile {
     /// "host:port" authorities the plugin may send HTTP requests to (wasi:http).
     #[serde(default)]
     pub(super) http: Vec<String>,
+    /// The process's standard output (a `[sink]` only).
+    #[serde(default)]
+    pub(super) stdout: bool,
 }
 
 #[derive(Debug, Deserialize)]

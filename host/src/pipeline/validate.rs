@@ -67,6 +67,12 @@ fn build(
             serde_json::to_string(&s.config).map_err(|e| invalid(&format!("{key}.config"), e.to_string()))?;
         let limits = s.limits.validate().map_err(|b| invalid(&format!("{key}.limits.{}", b.key), b.message))?;
         let g = s.grants;
+        if g.stdout && key != "sink" {
+            return Err(invalid(
+                &format!("{key}.grants.stdout"),
+                "only a [sink] may write to standard output (where `weir test` prints rows); drop it here".into(),
+            ));
+        }
         let grants = Grants {
             dirs: g
                 .dirs
@@ -78,6 +84,7 @@ fn build(
             random: g.random,
             network: g.network,
             http: g.http,
+            stdout: g.stdout,
         };
         grants.validate().map_err(|b| invalid(&format!("{key}.grants.{}", b.key), b.message))?;
         Ok(StageSpec {
@@ -565,7 +572,8 @@ fn sink_config(
                 || g.clocks
                 || g.random
                 || !g.network.is_empty()
-                || !g.http.is_empty();
+                || !g.http.is_empty()
+                || g.stdout;
             not_for("grants", granted, "Kafka")?;
             let topic = s
                 .topic

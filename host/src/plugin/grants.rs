@@ -35,6 +35,8 @@ pub(crate) struct Grants {
     pub network: Vec<String>,
     /// `host:port` authorities the plugin may send HTTP requests to (`wasi:http`).
     pub http: Vec<String>,
+    /// The process's standard output (validated to a sink; other stages' stdout goes nowhere).
+    pub stdout: bool,
 }
 
 /// A host directory the plugin may see, at `guest` inside the sandbox.
@@ -224,6 +226,9 @@ impl Resolved {
                 .insecure_random_seed(0);
         }
         wasi.envs(&self.env);
+        if g.stdout {
+            wasi.inherit_stdout();
+        }
         if !self.network.is_empty() {
             let allowed = self.network.clone();
             wasi.allow_tcp(true).socket_addr_check(move |addr, what| {
