@@ -161,3 +161,19 @@ fn python_attacks_are_contained_and_named_and_no_other_record_is_lost() {
     assert_eq!(rows, vec![serde_json::json!({"connected": true})]);
     assert!(listener.accept().is_ok(), "granted, the plugin connects");
 }
+
+/// The bench pipeline with both plugins in Python (`plugins/orders-error-rate/python.toml`, what
+/// `docs/performance.md` measures) gives the Rust pipeline's rows, by `weir bench`'s digest.
+#[test]
+fn the_python_bench_pipeline_gives_the_rust_digest() {
+    let digest = |file: &str| {
+        let out = ok(weir()
+            .current_dir(root())
+            .args(["bench", &format!("plugins/orders-error-rate/{file}"), "--events", "20000"])
+            .output()
+            .unwrap());
+        let text = String::from_utf8(out.stdout).unwrap();
+        text.rsplit_once("rows digest ").unwrap_or_else(|| panic!("no digest in {text}")).1.trim().to_string()
+    };
+    assert_eq!(digest("python.toml"), digest("pipeline.toml"));
+}

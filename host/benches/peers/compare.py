@@ -6,7 +6,12 @@ windows on order_ts, 10-minute watermark, count(*) and errors per window, every 
 at the end. The events come from shared/bench/gen_orders.py; shared/bench/oracle.py gives the
 exact expected windows, and every engine's output is checked against it, window by window.
 
-    python3 host/benches/peers/compare.py [--events 5000000] [--seed 42]
+    python3 host/benches/peers/compare.py [--events 5000000] [--seed 42] [--python]
+
+With --python the user code is Python on both sides: Weir runs plugins/orders-error-rate/
+python.toml (the parser and the aggregator written with the Python SDK, in the sandbox) and
+Spark computes the error flag with a Python UDF (spark_query.py --python-udf); Flink is left
+out.
 
 Not part of CI. The first run creates a virtualenv in ~/.cache/weir-tools/peers-venv with
 PySpark and PyFlink from PyPI (both need Java 17, `apt install openjdk-17-jre-headless`), and
@@ -102,6 +107,7 @@ def main():
     ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--weir", help="the weir binary (default: the build's release/weir)")
     ap.add_argument("--skip", default="", help="comma-separated engines to leave out")
+    ap.add_argument("--python", action="store_true", help="Python user code: Weir's Python plugins against a PySpark UDF")
     args = ap.parse_args()
     in_venv()
 
@@ -136,9 +142,11 @@ def main():
 
         results = []
         skip = set(filter(None, args.skip.split(",")))
+        if args.python:
+            skip.add("flink")
         if "weir" not in skip:
             rows = os.path.join(work, "weir.jsonl")
-            pipeline = os.path.join(ROOT, "plugins", "orders-error-rate", "pipeline.toml")
+            pipeline = os.path.join(ROOT, "plugins", "orders-error-rate", "python.toml" if args.python else "pipeline.toml")
             wall, rss, _, err = measure([weir, "test", pipeline, "--events", single, "--out", rows])
             m = re.search(r"input rows in ([0-9.]+)s", err)
             query = float(m.group(1)) if m else wall
@@ -149,7 +157,7 @@ def main():
                     got[r["window_start"]] = (r["count"], r["errors"])
             results.append(("Weir", query, wall, rss, agreement(got, want)))
         for name, script, src, extra in [
-            ("Spark", "spark_query.py", parts, [str(cut)]),
+            ("Spark", "spark_query.py", parts, [str(cut)] + (["--python-udf"] if args.python else [])),
             ("Flink", "flink_query.py", single, []),
         ]:
             if name.lower() in skip:

@@ -6,8 +6,12 @@ trigger available-now. A last part holds one sentinel event a day after the data
 moves the watermark past every real window, so they are all final (as the oracle's flush at
 the end of bounded input); windows from CUT_MS on (the sentinel's) are left out.
 
-    python spark_query.py INPUT_DIR OUT_CSV CUT_MS
+    python spark_query.py INPUT_DIR OUT_CSV CUT_MS [--python-udf]
 Prints one JSON line: {"query_s": ..., "events": ...}.
+
+With --python-udf the error flag is a Python UDF (`status == "ERROR"`, row at a time, in
+Spark's Python worker processes): PySpark's Python-UDF path, what compare.py --python measures
+Weir's Python plugins against.
 """
 import json
 import sys
@@ -16,6 +20,7 @@ import time
 from pyspark.sql import SparkSession, functions as F, types as T
 
 src, out, cut = sys.argv[1], sys.argv[2], int(sys.argv[3])
+python_udf = "--python-udf" in sys.argv[4:]
 spark = (
     SparkSession.builder.master("local[2]")
     .appName("weir-peer-spark")
@@ -36,9 +41,14 @@ events = (
     .withColumn("ts", F.timestamp_millis("order_ts"))
     .withWatermark("ts", "10 minutes")
 )
+if python_udf:
+    is_error = F.udf(lambda status: 1 if status == "ERROR" else 0, T.IntegerType())
+    error = is_error(F.col("status"))
+else:
+    error = F.when(F.col("status") == "ERROR", 1).otherwise(0)
 windows = events.groupBy(F.window("ts", "1 minute")).agg(
     F.count(F.lit(1)).alias("count"),
-    F.sum(F.when(F.col("status") == "ERROR", 1).otherwise(0)).alias("errors"),
+    F.sum(error).alias("errors"),
 )
 rows = []
 
