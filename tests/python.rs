@@ -1,8 +1,8 @@
 //! Python plugins in the real host: the Python twins of the orders parser, the error-rate
 //! aggregator and the fraud processor (`plugins/*-py`, built by `cargo xtask build` with the
-//! Python SDK) give the Rust plugins' rows byte for byte and the reference's windows; the Rust
-//! and Python aggregators read each other's checkpoints; and a hostile Python parser is
-//! contained by the same limits and grants as a Rust one.
+//! Python SDK) give the Rust plugins' rows byte for byte, the reference's windows and the shared
+//! oracle's; the Rust and Python aggregators read each other's checkpoints; and a hostile Python
+//! parser is contained by the same limits (deadline, memory, fuel) and grants as a Rust one.
 
 mod common;
 
@@ -176,4 +176,57 @@ fn the_python_bench_pipeline_gives_the_rust_digest() {
         text.rsplit_once("rows digest ").unwrap_or_else(|| panic!("no digest in {text}")).1.trim().to_string()
     };
     assert_eq!(digest("python.toml"), digest("pipeline.toml"));
+}
+
+/// The independent check, as `tests/pipeline.rs` makes it for the Rust plugins: the shared
+/// generator's orders through the Python pipeline give the shared oracle's windows.
+#[test]
+fn the_python_pipeline_agrees_with_the_shared_oracle() {
+    let shared =
+        std::env::var_os("WEIR_SHARED_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("../shared"));
+    let (generator, oracle) = (shared.join("bench/gen_orders.py"), shared.join("bench/oracle.py"));
+    if !oracle.exists() || !generator.exists() {
+        eprintln!("SKIPPED: {} not found (set WEIR_SHARED_DIR)", oracle.display());
+        return;
+    }
+    let python = |args: &[&std::ffi::OsStr]| {
+        let out = std::process::Command::new("python3").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("orders.jsonl");
+    python(&[generator.as_os_str(), "30000".as_ref(), "4".as_ref(), events.as_os_str()]);
+    let rows = weir_test(&root().join("plugins/orders-error-rate/python.toml"), &events);
+    let want: Vec<(i64, u64, u64)> = python(&[oracle.as_os_str(), events.as_os_str()])
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    let got: Vec<(i64, u64, u64)> = windows_of(&rows).into_iter().map(|((s, _, _), (c, e))| (s, c, e)).collect();
+    assert_eq!(got, want);
+}
+
+/// Fuel counts the interpreter's Wasm instructions like any other: the Python loop ends at
+/// `limits.fuel`, deterministically, and the orders around it fit in the budget.
+#[test]
+fn a_fuel_budget_stops_a_python_loop_and_good_records_fit_in_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("loop.jsonl");
+    std::fs::write(&events, "{\"order_ts\":1}\n{\"attack\":\"loop\"}\n{\"order_ts\":2}\n").unwrap();
+    let p = pipeline(
+        dir.path(),
+        "fueled-py",
+        &format!(
+            "[parse]\nplugin = \"{}\"\nlimits = {{ fuel = 500000000, call_timeout = \"60s\" }}\n[failure]\nretries = 0\n",
+            component("hostile_py").display()
+        ),
+    );
+    let Tested { rows, dead, .. } = weir_test_dead_letters(&p, &events);
+    assert_eq!(rows, vec![serde_json::json!({"order_ts": 1}), serde_json::json!({"order_ts": 2})]);
+    assert_eq!(dead.len(), 1);
+    assert!(dead[0]["error"].as_str().unwrap().contains("limits.fuel"), "{}", dead[0]);
 }
