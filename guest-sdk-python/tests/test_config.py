@@ -49,6 +49,16 @@ class ConfigTest(unittest.TestCase):
         self.assertEqual(c.get("ratio", type=float), 2.0)
         self.assertEqual(c.get("absent", 7, type=int), 7)
 
+    def test_it_reads_as_a_dict_and_lookups_count_as_reads(self):
+        c = Config.from_json('{"alpha": 1, "b": [2]}')
+        self.assertEqual(c["alpha"], 1)
+        self.assertEqual(refusal(c), "config.b: unknown key; this plugin reads `alpha`")
+        self.assertEqual(dict(c), {"alpha": 1, "b": [2]})
+        c.check_all_read()
+        self.assertEqual(len(c), 2)
+        with self.assertRaises(KeyError):
+            c["missing"]
+
     def test_a_non_table_is_refused(self):
         with self.assertRaises(InvalidConfig):
             Config.from_json("[1]")

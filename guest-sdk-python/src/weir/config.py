@@ -6,6 +6,8 @@ returns is a typo or a setting this build does not have, and the SDK refuses it 
 as the Rust SDK: a pipeline with `error_statsu = "PENDING"` must not run with the default.
 """
 
+from collections.abc import Mapping
+
 from . import _jsonio
 from .errors import InvalidConfig
 
@@ -16,8 +18,19 @@ _KINDS = ((bool, "a boolean"), (int, "an integer"), (float, "a float"), (str, "a
           (list, "an array"), (dict, "a table"))
 
 
-class Config:
-    """The `config` table, read key by key with `get` (or whole with `table`)."""
+class Config(Mapping):
+    """The `config` table, a read-only dict: `config["key"]`, `config.get(key, default, type=…)`,
+    `key in config`, iteration. Every key looked up counts as read (`table()` reads them all)."""
+
+    def __getitem__(self, key):
+        self._read.add(key)
+        return self._table[key]
+
+    def __iter__(self):
+        return iter(self._table)
+
+    def __len__(self):
+        return len(self._table)
 
     def __init__(self, table):
         if not isinstance(table, dict):
