@@ -26,34 +26,13 @@ fn orders_pipeline_matches_the_reference_for_several_seeds() {
 /// has them; set WEIR_SHARED_DIR to point elsewhere), over small and large N.
 #[test]
 fn orders_pipeline_agrees_with_the_shared_oracle() {
-    let shared =
-        std::env::var_os("WEIR_SHARED_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("../shared"));
-    let (generator, oracle) = (shared.join("bench/gen_orders.py"), shared.join("bench/oracle.py"));
-    if !oracle.exists() || !generator.exists() {
-        eprintln!("SKIPPED: {} not found (set WEIR_SHARED_DIR)", oracle.display());
-        return;
-    }
-    let python = |args: &[&std::ffi::OsStr]| {
-        let out = std::process::Command::new("python3").args(args).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let Some(shared) = SharedBench::find() else { return };
     for (n, seed) in [(1_000, 3), (6_000, 1), (20_000, 7), (150_000, 9)] {
         let dir = tempfile::tempdir().unwrap();
         let events = dir.path().join("orders.jsonl");
-        python(&[generator.as_os_str(), n.to_string().as_ref(), seed.to_string().as_ref(), events.as_os_str()]);
+        shared.orders(n, seed, &events);
         let rows = weir_test(&root().join("plugins/orders-error-rate/pipeline.toml"), &events);
-        let csv = python(&[oracle.as_os_str(), events.as_os_str()]);
-        let want: Vec<(i64, u64, u64)> = csv
-            .lines()
-            .skip(1)
-            .map(|l| {
-                let f: Vec<&str> = l.split(',').collect();
-                (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
-            })
-            .collect();
-        let got: Vec<(i64, u64, u64)> = windows_of(&rows).into_iter().map(|((s, _, _), (c, e))| (s, c, e)).collect();
-        assert_eq!(got, want, "n={n} seed={seed}");
+        assert_eq!(oracle_shape(&rows), shared.windows(&events), "n={n} seed={seed}");
     }
 }
 

@@ -182,32 +182,12 @@ fn the_python_bench_pipeline_gives_the_rust_digest() {
 /// generator's orders through the Python pipeline give the shared oracle's windows.
 #[test]
 fn the_python_pipeline_agrees_with_the_shared_oracle() {
-    let shared =
-        std::env::var_os("WEIR_SHARED_DIR").map(std::path::PathBuf::from).unwrap_or_else(|| root().join("../shared"));
-    let (generator, oracle) = (shared.join("bench/gen_orders.py"), shared.join("bench/oracle.py"));
-    if !oracle.exists() || !generator.exists() {
-        eprintln!("SKIPPED: {} not found (set WEIR_SHARED_DIR)", oracle.display());
-        return;
-    }
-    let python = |args: &[&std::ffi::OsStr]| {
-        let out = std::process::Command::new("python3").args(args).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let Some(shared) = SharedBench::find() else { return };
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("orders.jsonl");
-    python(&[generator.as_os_str(), "30000".as_ref(), "4".as_ref(), events.as_os_str()]);
+    shared.orders(30_000, 4, &events);
     let rows = weir_test(&root().join("plugins/orders-error-rate/python.toml"), &events);
-    let want: Vec<(i64, u64, u64)> = python(&[oracle.as_os_str(), events.as_os_str()])
-        .lines()
-        .skip(1)
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
-        })
-        .collect();
-    let got: Vec<(i64, u64, u64)> = windows_of(&rows).into_iter().map(|((s, _, _), (c, e))| (s, c, e)).collect();
-    assert_eq!(got, want);
+    assert_eq!(oracle_shape(&rows), shared.windows(&events));
 }
 
 /// Fuel counts the interpreter's Wasm instructions like any other: the Python loop ends at

@@ -39,6 +39,60 @@ pub fn ok(out: Output) -> Output {
     out
 }
 
+/// The shared reference workload beside the checkout (`shared/bench`, or `$WEIR_SHARED_DIR`):
+/// its generator and its oracle, both Python scripts.
+pub struct SharedBench {
+    generator: PathBuf,
+    oracle: PathBuf,
+}
+
+impl SharedBench {
+    /// `None` (and a SKIPPED line) when the scripts are not there.
+    pub fn find() -> Option<SharedBench> {
+        let shared = std::env::var_os("WEIR_SHARED_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("../shared"));
+        let b = SharedBench { generator: shared.join("bench/gen_orders.py"), oracle: shared.join("bench/oracle.py") };
+        if b.oracle.exists() && b.generator.exists() {
+            Some(b)
+        } else {
+            eprintln!("SKIPPED: {} not found (set WEIR_SHARED_DIR)", b.oracle.display());
+            None
+        }
+    }
+
+    fn python(args: &[&std::ffi::OsStr]) -> String {
+        let out = Command::new("python3").args(args).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// `n` orders with `seed` from the shared generator, into `path`.
+    pub fn orders(&self, n: u64, seed: u64, path: &Path) {
+        Self::python(&[
+            self.generator.as_os_str(),
+            n.to_string().as_ref(),
+            seed.to_string().as_ref(),
+            path.as_os_str(),
+        ]);
+    }
+
+    /// The oracle's windows of `events`: (window start, count, errors), by start.
+    pub fn windows(&self, events: &Path) -> Vec<(i64, u64, u64)> {
+        Self::python(&[self.oracle.as_os_str(), events.as_os_str()])
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[0].parse().unwrap(), f[1].parse().unwrap(), f[2].parse().unwrap())
+            })
+            .collect()
+    }
+}
+
+/// Rows as the oracle lists windows: (window start, count, errors), by start.
+pub fn oracle_shape(rows: &[serde_json::Value]) -> Vec<(i64, u64, u64)> {
+    windows_of(rows).into_iter().map(|((s, _, _), (c, e))| (s, c, e)).collect()
+}
+
 /// Generates `n` orders with `seed` into `dir/orders.jsonl`.
 pub fn orders(dir: &Path, n: u64, seed: u64) -> PathBuf {
     let path = dir.join("orders.jsonl");
