@@ -1,7 +1,7 @@
 //! The plugin author's loop, run as a new user runs it, for every role in both languages: `weir
 //! new` in a temporary directory outside this repository, `weir build`, the template's own unit
-//! tests (through each SDK's `testing` module), then `weir test --expect` on the events and rows
-//! the template ships. The Python SDK is installed the way a user installs it (`pip install` of
+//! tests (through each SDK's `testing` module), then `weir test --expect --restarts` on the
+//! events and rows the template ships. The Python SDK is installed the way a user installs it (`pip install` of
 //! `guest-sdk-python/` into a fresh virtual environment), so the test also proves the package
 //! carries its WIT; the Rust template depends on the guest SDK by version and path.
 //!
@@ -109,10 +109,12 @@ fn the_loop(lang: &str) {
                 run(Command::new(python()).args(["-m", "unittest", "-q"]).current_dir(&project));
             }
         }
-        let out = weir_test(&project, &[]);
+        // Out of the box: the expected rows, and the same rows again through crashes.
+        let out = weir_test(&project, &["--restarts", "3", "--restart-seed", "7"]);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{lang} {role}: weir test failed:\n{stderr}");
         assert!(stderr.contains("output matches expected.jsonl"), "{lang} {role}: {stderr}");
+        assert!(stderr.contains("replay safety: the same"), "{lang} {role}: {stderr}");
         // The bad record the events hold is a dead letter with its reason and position.
         let dead = std::fs::read_to_string(project.join("weir-dead-letters.jsonl")).unwrap();
         let dead = json_lines(&dead);
