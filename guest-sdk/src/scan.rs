@@ -73,6 +73,22 @@ impl<const N: usize> Paths<N> {
         Self { segments: paths.map(|p| p.split('.').map(Segment::new).collect()) }
     }
 
+    /// Up to `N` paths from a list known only at run time (a plugin's config): the slots past
+    /// them hold names no key can have (a raw NUL byte cannot appear in a JSON string), so they
+    /// are never found. `None` for more than `N`.
+    pub fn up_to(paths: &[&str]) -> Option<Self> {
+        const { assert!(N <= MAX_PATHS, "at most MAX_PATHS paths per scan") };
+        if paths.len() > N {
+            return None;
+        }
+        Some(Self {
+            segments: std::array::from_fn(|i| match paths.get(i) {
+                Some(p) => p.split('.').map(Segment::new).collect(),
+                None => vec![Segment::new(&format!("\0unused{i}"))],
+            }),
+        })
+    }
+
     /// Path `i` as written.
     pub fn name(&self, i: usize) -> String {
         self.segments[i].iter().map(|s| s.text.as_str()).collect::<Vec<_>>().join(".")
@@ -521,6 +537,15 @@ pub(crate) mod tests {
         assert_eq!(c, Some(&b"null"[..]));
         assert_eq!(abc, None, "paths go through objects only, not arrays");
         assert!(a.is_some_and(|v| v.starts_with(b"{") && v.ends_with(b"}")));
+    }
+
+    #[test]
+    fn fewer_paths_than_slots_leave_the_rest_unfound() {
+        let paths = Paths::<4>::up_to(&["status", "user_id"]).unwrap();
+        let [status, user, a, b] = scan(ORDER, &paths).unwrap();
+        assert_eq!((status, user), (Some(&br#""PENDING""#[..]), Some(&b"26537"[..])));
+        assert_eq!((a, b), (None, None));
+        assert!(Paths::<1>::up_to(&["a", "b"]).is_none());
     }
 
     #[test]

@@ -153,11 +153,9 @@ impl Transformer for Filter {
                 fields.len()
             )));
         }
-        let pads: Vec<String> = (0..MAX_FIELDS).map(|i| format!("\0unused{i}")).collect();
-        let mut names: Vec<&str> = fields.iter().map(String::as_str).collect();
-        names.extend(pads.iter().map(String::as_str).take(MAX_FIELDS - fields.len()));
-        let names: [&str; MAX_FIELDS] = names.try_into().map_err(|_| PluginError::Internal("paths".into()))?;
-        Ok(Filter { conditions, select, paths: Paths::new(names) })
+        let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let paths = Paths::up_to(&names).ok_or_else(|| PluginError::Internal("paths".into()))?;
+        Ok(Filter { conditions, select, paths })
     }
 
     fn transform(&self, event: &Event<'_>, out: &mut Emitter) -> Result<(), RecordError> {

@@ -58,20 +58,13 @@ impl Parser for JsonParser {
                 s.key_fields.len()
             )));
         }
-        let pads: Vec<String> = (0..MAX_KEY_FIELDS).map(|i| format!("\0unused{i}")).collect();
         let mut names: Vec<&str> = vec![s.time_field.as_str()];
         names.extend(s.key_fields.iter().map(String::as_str));
-        names.extend(pads.iter().map(String::as_str).take(MAX_KEY_FIELDS - s.key_fields.len()));
-        let names: [&str; 1 + MAX_KEY_FIELDS] = names.try_into().map_err(|_| PluginError::Internal("paths".into()))?;
+        let paths = Paths::up_to(&names).ok_or_else(|| PluginError::Internal("paths".into()))?;
         if let Some(dup) = s.key_fields.iter().find(|k| **k == s.time_field) {
             return Err(PluginError::InvalidConfig(format!("key_fields: {dup:?} is the time_field")));
         }
-        Ok(JsonParser {
-            unit: s.time_unit,
-            keys: s.key_fields.len(),
-            paths: Paths::new(names),
-            time_field: s.time_field,
-        })
+        Ok(JsonParser { unit: s.time_unit, keys: s.key_fields.len(), paths, time_field: s.time_field })
     }
 
     fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {

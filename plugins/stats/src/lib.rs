@@ -206,11 +206,9 @@ impl Aggregator for Stats {
                 fields.len()
             )));
         }
-        let pads: Vec<String> = (0..MAX_FIELDS).map(|i| format!("\0unused{i}")).collect();
-        let mut names: Vec<&str> = fields.iter().map(String::as_str).collect();
-        names.extend(pads.iter().map(String::as_str).take(MAX_FIELDS - fields.len()));
-        let names: [&str; MAX_FIELDS] = names.try_into().map_err(|_| PluginError::Internal("paths".into()))?;
-        Ok(Stats { aggregates, paths: Paths::new(names), fields })
+        let names: Vec<&str> = fields.iter().map(String::as_str).collect();
+        let paths = Paths::up_to(&names).ok_or_else(|| PluginError::Internal("paths".into()))?;
+        Ok(Stats { aggregates, paths, fields })
     }
 
     fn add(&self, acc: &mut Acc, event: &Event<'_>) -> Result<(), PluginError> {
