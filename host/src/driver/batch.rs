@@ -33,9 +33,9 @@ fn batch_size(batch_id: u64, max: usize) -> usize {
 
 const FIRST_BATCH: usize = 64;
 
-/// Syncs left running past batches without rows before the loop waits for them anyway (each
-/// batch starts two: its plan's, its state's).
-const MAX_PENDING_SYNCS: usize = 16;
+/// Checkpoint jobs left running past batches without rows before the loop waits for them anyway
+/// (each batch gives three: its plan's sync, its state's sync, its commits-log entry).
+const MAX_PENDING_SYNCS: usize = 24;
 
 impl Run {
     /// Runs batches until the input ends (returns `true`) or a stop is asked for (`false`).
@@ -198,7 +198,9 @@ impl Run {
     pub(super) fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
         let (meta, committed) = self.records(batch_id, end, report)?;
         self.state.commit(&meta, &mut self.syncs)?;
-        self.checkpoint.commit(&committed)?;
+        // Behind the state's sync: the state's record is the truth, and recovery rewrites an
+        // entry a crash lost.
+        self.syncs.run(self.checkpoint.commit_later(committed));
         Ok(())
     }
 
