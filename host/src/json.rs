@@ -70,10 +70,23 @@ fn braced(row: &[u8]) -> bool {
 
 /// Whether `row` is one line of a valid JSON object (UTF-8, syntax, nothing after it).
 pub(crate) fn check_object(row: &[u8]) -> Result<(), String> {
+    check_object_for(row, &scan::Paths::new([])).map(drop)
+}
+
+/// [`check_object`], finding top-level or nested `paths` in the same pass. A path that
+/// appears twice is an error.
+pub(crate) fn check_object_for<'a, const N: usize>(
+    row: &'a [u8],
+    paths: &scan::Paths<N>,
+) -> Result<[Option<&'a [u8]>; N], String> {
     if let Some((_, why)) = misshapen(row, &[row.len() as u32]).first() {
         return Err((*why).to_string());
     }
-    scan::scan(row, &scan::Paths::new([])).map(drop).map_err(|e| format!("row is not valid JSON: {e}"))
+    match scan::scan(row, paths) {
+        Ok(found) => Ok(found),
+        Err(scan::ScanError::Duplicate(i)) => Err(format!("the row has the field {:?} twice", paths.name(i))),
+        Err(e) => Err(format!("row is not valid JSON: {e}")),
+    }
 }
 
 /// The raw JSON text of `row`'s field `path` (`"user_id"`, or `"customer.id"` inside an

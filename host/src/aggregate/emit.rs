@@ -5,12 +5,9 @@
 //! accumulators; every other window goes on. A finished row must be one line of JSON object that
 //! does not repeat the host's own fields; one that is not is the window's dead letter too.
 
-use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-
-use serde::de::IgnoredAny;
+use std::sync::{Arc, LazyLock};
 
 use super::WindowAcc;
 use crate::isolate;
@@ -26,6 +23,9 @@ const WINDOWS_PER_CALL: usize = 10_000;
 /// The fields the host puts in every result row; a plugin's row may not have them too (a
 /// last-wins reader would see the plugin's value instead of the host's).
 const HOST_FIELDS: [&str; 3] = ["window_start", "window_end", "key"];
+
+/// [`HOST_FIELDS`] as paths for the scanner, split once.
+static HOST_PATHS: LazyLock<json::scan::Paths<3>> = LazyLock::new(|| json::scan::Paths::new(HOST_FIELDS));
 
 /// The failure policy for the calls made at emission, and the run's stop flag.
 #[derive(Clone)]
@@ -96,19 +96,23 @@ pub(super) fn finish(
     out: &mut Rows,
     failed: &mut Vec<FailedWindow>,
 ) -> Result<usize, OperatorError> {
-    let bytes = |i: usize| windows[i].acc.len();
-    let call = |agg: &mut dyn AggregateFns, r: Range<usize>| {
-        let accs: Vec<Vec<u8>> = windows[r].iter().map(|w| w.acc.clone()).collect();
-        agg.finish(&accs)
-    };
-    let rows = each(windows.len(), bytes, agg, policy, call)?;
+    // The accumulators apart from the windows, so the calls borrow them instead of copying.
+    let (windows, mut accs): (Vec<WindowAcc>, Vec<Vec<u8>>) =
+        windows.into_iter().map(|w| (WindowAcc { acc: Vec::new(), ..w }, w.acc)).unzip();
+    let bytes = |i: usize| accs[i].len();
+    let rows = each(windows.len(), bytes, agg, policy, |agg, r| agg.finish(&accs[r]))?;
     let mut added = 0;
-    for (w, row) in windows.into_iter().zip(rows) {
+    // One key and one row built at a time, in buffers reused from window to window.
+    let (mut quoted, mut key, mut line) = (Vec::new(), Vec::new(), Vec::new());
+    for ((w, row), acc) in windows.into_iter().zip(rows).zip(accs.iter_mut()) {
         let (kind, error) = match row {
             Ok(row) if row.is_empty() => continue, // the plugin chose not to emit this window
             Ok(row) => match body(&row) {
                 Ok(body) => {
-                    out.push(&window_key(w.start, w.end, &w.key), &line(&w, body))?;
+                    quote(&w.key, &mut quoted);
+                    window_key_into(w.start, w.end, &quoted, &mut key);
+                    line_into(&w, &quoted, body, &mut line);
+                    out.push(&key, &line)?;
                     added += 1;
                     continue;
                 }
@@ -116,7 +120,8 @@ pub(super) fn finish(
             },
             Err(error) => ("plugin-failure", error),
         };
-        failed.push(FailedWindow { start: w.start, end: w.end, key: w.key, accs: vec![w.acc], kind, error });
+        let acc = std::mem::take(acc);
+        failed.push(FailedWindow { start: w.start, end: w.end, key: w.key, accs: vec![acc], kind, error });
     }
     Ok(added)
 }
@@ -125,37 +130,61 @@ pub(super) fn finish(
 /// host puts in its row. The same window and key always get the same message key, so a
 /// compacted topic keeps a window's latest row.
 pub(super) fn window_key(start: i64, end: i64, key: &[u8]) -> Vec<u8> {
-    let mut k = format!("[{start},{end}").into_bytes();
-    if !key.is_empty() {
-        k.push(b',');
-        k.extend_from_slice(&serde_json::to_vec(&String::from_utf8_lossy(key)).unwrap_or_else(|_| b"\"\"".to_vec()));
-    }
-    k.push(b']');
+    let (mut quoted, mut k) = (Vec::new(), Vec::new());
+    quote(key, &mut quoted);
+    window_key_into(start, end, &quoted, &mut k);
     k
 }
 
-/// The result row: the window, the key (keyed windows), then the plugin's fields.
-fn line(w: &WindowAcc, body: &[u8]) -> Vec<u8> {
-    let mut line = format!("{{\"window_start\":{},\"window_end\":{}", w.start, w.end).into_bytes();
-    if !w.key.is_empty() {
-        line.extend_from_slice(b",\"key\":");
-        let key = serde_json::to_vec(&String::from_utf8_lossy(&w.key)).unwrap_or_else(|_| b"\"\"".to_vec());
-        line.extend_from_slice(&key);
+/// `key` as a JSON string into `buf` (nothing for the empty key of an unkeyed window).
+fn quote(key: &[u8], buf: &mut Vec<u8>) {
+    buf.clear();
+    if !key.is_empty() && serde_json::to_writer(&mut *buf, &*String::from_utf8_lossy(key)).is_err() {
+        buf.clear();
+        buf.extend_from_slice(b"\"\"");
+    }
+}
+
+/// [`window_key`] into `buf`, the key already quoted.
+fn window_key_into(start: i64, end: i64, quoted: &[u8], buf: &mut Vec<u8>) {
+    let mut n = itoa::Buffer::new();
+    buf.clear();
+    buf.push(b'[');
+    buf.extend_from_slice(n.format(start).as_bytes());
+    buf.push(b',');
+    buf.extend_from_slice(n.format(end).as_bytes());
+    if !quoted.is_empty() {
+        buf.push(b',');
+        buf.extend_from_slice(quoted);
+    }
+    buf.push(b']');
+}
+
+/// The result row into `buf`: the window, the key (keyed windows, already quoted), then the
+/// plugin's fields.
+fn line_into(w: &WindowAcc, quoted: &[u8], body: &[u8], buf: &mut Vec<u8>) {
+    let mut n = itoa::Buffer::new();
+    buf.clear();
+    buf.extend_from_slice(b"{\"window_start\":");
+    buf.extend_from_slice(n.format(w.start).as_bytes());
+    buf.extend_from_slice(b",\"window_end\":");
+    buf.extend_from_slice(n.format(w.end).as_bytes());
+    if !quoted.is_empty() {
+        buf.extend_from_slice(b",\"key\":");
+        buf.extend_from_slice(quoted);
     }
     if !body.is_empty() {
-        line.push(b',');
-        line.extend_from_slice(body);
+        buf.push(b',');
+        buf.extend_from_slice(body);
     }
-    line.push(b'}');
-    line
+    buf.push(b'}');
 }
 
 /// The inside of a finished row (between its braces, trimmed), after checking it is one line of
-/// JSON object without the host's fields.
+/// JSON object without the host's fields: one pass of the scanner does both.
 fn body(row: &[u8]) -> Result<&[u8], String> {
-    json::check_object(row)?;
-    let fields: BTreeMap<String, IgnoredAny> = serde_json::from_slice(row).map_err(|e| e.to_string())?;
-    if let Some(f) = HOST_FIELDS.iter().find(|f| fields.contains_key(**f)) {
+    let found = json::check_object_for(row, &HOST_PATHS)?;
+    if let Some(f) = HOST_FIELDS.iter().zip(found).find_map(|(f, v)| v.map(|_| f)) {
         return Err(format!(
             "finish returned a row with the field `{f}`, which the host sets; rename the plugin's field"
         ));

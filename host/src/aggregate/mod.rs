@@ -10,6 +10,7 @@
 
 mod emit;
 mod panes;
+mod session_log;
 mod sessions;
 
 pub(crate) use emit::Policy;

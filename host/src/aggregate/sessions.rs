@@ -2,38 +2,56 @@
 //! or touch merge, accumulators included (the aggregator's `merge`).
 //!
 //! The open sessions live in memory, with an index by end, rebuilt from the state store at
-//! start; the store holds each open session once, as of the last committed batch. A batch
-//! writes a session only if it changed (once, at the batch's end, however many events reached
-//! it) and deletes it when it leaves; a session that opens and closes within one batch never
-//! touches the store. Reading the store per key and keeping an end index in it cost four
-//! memtable writes per session over its life, and made sessions 7–13× the cost of tumbling.
+//! start. The store holds them as a log of changes (`session_log.rs`): a batch appends one entry
+//! with the sessions it changed (once each, however many events reached them) and those that
+//! left; a session that opens and closes within one batch never reaches the store. Reading the
+//! store per key and keeping an end index in it cost four memtable writes per session over its
+//! life, and made sessions 7–13× the cost of tumbling; a store entry per session, written at
+//! each batch that changed it, was still a fifth of the operator's time.
 //!
-//! State, format [`FORMAT`]: `s` + key length + key + start → session end (8 bytes) +
-//! accumulator. Format 1 also kept the end index in the store (`e` + end + key length + key +
-//! start); `open` drops it, and records the format under `Scope::Formats`.
+//! State, format [`FORMAT`]: the log under `Scope::SessionLog`. Formats 1 and 2 kept a key per
+//! session (`s` + key length + key + start → end (8 bytes) + accumulator), and format 1 an end
+//! index too (`e` + end + key length + key + start); `open` reads them, deletes them and writes
+//! the log in their place, and records the format under `Scope::Formats`.
 //!
 //! `process` is all or nothing: it changes memory only after the plugin's calls succeeded, so
 //! the failure policy's rollback of a failed call has nothing of this operator's to undo.
+//!
+//! A key is held once, shared (`Key`) by its open sessions, the end index and the batch's list
+//! of changes: with a session per user, copying keys and hashing them with SipHash were a
+//! fifth of the operator's time.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+use std::hash::BuildHasher;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use super::emit::{self, Policy};
-use super::{WindowAcc, bound, final_at, open_accumulators};
+use super::session_log::{self, Change};
+use super::{MIGRATE_CHUNK, WindowAcc, bound, final_at};
 use crate::columns;
 use crate::operator::{Advanced, Opened, Operator, OperatorError, Processed, Scope};
 use crate::pipeline::OutputMode;
 use crate::plugin::{AggregateFns, EventBatch};
 use crate::sink::Rows;
-use crate::state::{StateStore, time_from_key, time_key};
+use crate::state::{StateStore, time_from_key};
 use crate::window::{Interval, merge_sessions};
 
-const PREFIX: u8 = Scope::Sessions as u8;
+/// Formats 1 and 2: a key per session.
+const OLD_SESSIONS: u8 = Scope::Sessions as u8;
 /// Format 1's end index in the store.
 const OLD_INDEX: u8 = Scope::SessionEnds as u8;
-/// Bytes of a stored session's value before its accumulator: its end.
+/// Format 3: the log of changes.
+const LOG: u8 = Scope::SessionLog as u8;
+/// Bytes of a format-2 session's value before its accumulator: its end.
 const END_BYTES: usize = 8;
-/// The version of the sessions' state layout: 2 keeps the end index in memory.
-const FORMAT: u32 = 2;
+/// The version of the sessions' state layout: 2 kept the end index in memory, 3 keeps the
+/// sessions as a log of changes.
+const FORMAT: u32 = 3;
+
+/// A group key, shared by everything that refers to it.
+type Key = Arc<[u8]>;
 
 /// An open session of a key.
 #[derive(Debug, Clone)]
@@ -43,6 +61,9 @@ struct Open {
     acc: Vec<u8>,
     /// Whether the store holds it (as committed, or written in this batch).
     stored: bool,
+    /// Changed by the current batch, and not yet written: `changed` may list it more than once
+    /// (a batch the failure policy splits makes several calls), this says whether it is done.
+    changed: bool,
 }
 
 pub(super) struct SessionOperator {
@@ -52,14 +73,34 @@ pub(super) struct SessionOperator {
     agg: Box<dyn AggregateFns>,
     policy: Policy,
     /// Every open session, by key, each key's by start.
-    open: HashMap<Vec<u8>, Vec<Open>>,
+    open: FxHashMap<Key, Vec<Open>>,
     /// (end, key, start) of every open session: the final ones are a prefix.
-    ends: BTreeSet<(i64, Vec<u8>, i64)>,
+    ends: BTreeSet<(i64, Key, i64)>,
     /// (key, start) of sessions changed in the current batch: written at its end, and what
     /// update mode emits.
-    changed: Vec<(Vec<u8>, i64)>,
-    /// Stored sessions absorbed into others in the current batch: deleted at its end.
-    absorbed: Vec<Vec<u8>>,
+    changed: Vec<(Key, i64)>,
+    /// Stored sessions absorbed into others in the current batch (key, start): deleted at its
+    /// end.
+    absorbed: Vec<(Key, i64)>,
+    /// The bytes the open sessions take in a snapshot of the log: when to rewrite it.
+    live_bytes: usize,
+    /// Where the log stands.
+    log: Log,
+    /// The least the log grows to before it is rewritten.
+    rewrite_min: usize,
+}
+
+/// The log's entries in the store: sequence numbers `first..next`, of `bytes` in all.
+#[derive(Debug, Default)]
+struct Log {
+    first: u64,
+    next: u64,
+    bytes: usize,
+}
+
+/// What an open session takes in a snapshot.
+fn size(key: &[u8], acc: &[u8]) -> usize {
+    session_log::PUT_OVERHEAD + key.len() + acc.len()
 }
 
 impl SessionOperator {
@@ -70,32 +111,33 @@ impl SessionOperator {
             mode,
             agg,
             policy,
-            open: HashMap::new(),
+            open: FxHashMap::default(),
             ends: BTreeSet::new(),
             changed: Vec::new(),
             absorbed: Vec::new(),
+            live_bytes: 0,
+            log: Log::default(),
+            rewrite_min: session_log::REWRITE_MIN_BYTES,
         }
+    }
+
+    /// Rewrites the log once it holds `bytes` (tests: to rewrite small states often).
+    #[cfg(test)]
+    pub(super) fn rewriting_at(mut self, bytes: usize) -> Self {
+        self.rewrite_min = bytes;
+        self
     }
 }
 
-fn session_key(key: &[u8], start: i64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(5 + key.len() + 8);
-    k.push(PREFIX);
-    k.extend_from_slice(&(key.len() as u32).to_be_bytes());
-    k.extend_from_slice(key);
-    k.extend_from_slice(&time_key(start));
-    k
-}
-
 fn format_key() -> Vec<u8> {
-    vec![Scope::Formats as u8, PREFIX]
+    vec![Scope::Formats as u8, OLD_SESSIONS]
 }
 
 fn corrupt(k: &[u8], message: &str) -> OperatorError {
     OperatorError::Corrupt { key: String::from_utf8_lossy(k).into(), message: message.into() }
 }
 
-/// A stored session's value: its end, then its accumulator.
+/// A format-2 session's value: its end, then its accumulator.
 fn split_session_value(k: &[u8], v: &[u8]) -> Result<(i64, Vec<u8>), OperatorError> {
     if v.len() < END_BYTES {
         return Err(corrupt(k, "short value"));
@@ -116,7 +158,7 @@ fn split_session_key(k: &[u8]) -> Result<(Vec<u8>, i64), OperatorError> {
 struct Session {
     start: i64,
     end: i64,
-    key: Vec<u8>,
+    key: Key,
     /// Open sessions this one absorbs (their starts), and their accumulators.
     starts: Vec<i64>,
     accs: Vec<Vec<u8>>,
@@ -126,7 +168,6 @@ struct Session {
 
 impl Operator for SessionOperator {
     fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
-        let opened = open_accumulators(self.agg.as_mut(), state, restored_version, PREFIX, END_BYTES)?;
         let format = match state.get(&format_key())? {
             None => 1,
             Some(v) => u32::from_be_bytes(
@@ -139,21 +180,72 @@ impl Operator for SessionOperator {
                 &format!("sessions state format {format}, written by a newer build (this one reads up to {FORMAT})"),
             ));
         }
-        if format < FORMAT {
+        self.log = Log::default();
+        let mut sessions: BTreeMap<(Vec<u8>, i64), (i64, Vec<u8>)> = BTreeMap::new();
+        if format < 3 {
+            for (k, v) in state.range(&[OLD_SESSIONS], &[OLD_SESSIONS + 1])? {
+                let (key, start) = split_session_key(&k)?;
+                let (end, acc) = split_session_value(&k, &v)?;
+                sessions.insert((key, start), (end, acc));
+                state.delete(k);
+            }
             for (k, _) in state.range(&[OLD_INDEX], &[OLD_INDEX + 1])? {
                 state.delete(k);
             }
-            state.put(format_key(), FORMAT.to_be_bytes().to_vec());
+        } else {
+            for (i, (k, v)) in state.range(&[LOG], &[LOG + 1])?.into_iter().enumerate() {
+                let seq = session_log::seq_of(&k).ok_or_else(|| corrupt(&k, "bad sessions log key"))?;
+                if i == 0 {
+                    self.log.first = seq;
+                }
+                self.log.next = seq + 1;
+                self.log.bytes += v.len();
+                for change in session_log::decode(&v).map_err(|e| corrupt(&k, &format!("sessions log entry: {e}")))? {
+                    match change {
+                        Change::Put { key, start, end, acc } => {
+                            sessions.insert((key.to_vec(), start), (end, acc.to_vec()));
+                        }
+                        Change::Delete { key, start } => {
+                            sessions.remove(&(key.to_vec(), start));
+                        }
+                    }
+                }
+            }
+        }
+        let to = self.agg.state_version()?;
+        let migrating = restored_version.filter(|&from| from != to);
+        if let Some(from) = migrating {
+            let mut values: Vec<&mut (i64, Vec<u8>)> = sessions.values_mut().collect();
+            for chunk in values.chunks_mut(MIGRATE_CHUNK) {
+                let accs: Vec<Vec<u8>> = chunk.iter().map(|(_, acc)| acc.clone()).collect();
+                let migrated =
+                    self.agg.migrate(from, &accs).map_err(|source| OperatorError::Migrate { from, to, source })?;
+                for (v, acc) in chunk.iter_mut().zip(migrated) {
+                    v.1 = acc;
+                }
+            }
         }
         self.open.clear();
         self.ends.clear();
-        for (k, v) in state.range(&[PREFIX], &[PREFIX + 1])? {
-            let (key, start) = split_session_key(&k)?;
-            let (end, acc) = split_session_value(&k, &v)?;
+        self.live_bytes = 0;
+        let n = sessions.len();
+        for ((key, start), (end, acc)) in sessions {
+            // Sessions come in key order: one shared key for all of a key's sessions.
+            let key = match self.open.get_key_value(key.as_slice()) {
+                Some((shared, _)) => shared.clone(),
+                None => Key::from(key),
+            };
+            self.live_bytes += size(&key, &acc);
             self.ends.insert((end, key.clone(), start));
-            self.open.entry(key).or_default().push(Open { start, end, acc, stored: true });
+            self.open.entry(key).or_default().push(Open { start, end, acc, stored: true, changed: false });
         }
-        Ok(opened)
+        // Another layout or other accumulators: the log is written anew, committed with the
+        // record of the new format and version.
+        if format < FORMAT || migrating.is_some() {
+            self.rewrite_log(state);
+            state.put(format_key(), FORMAT.to_be_bytes().to_vec());
+        }
+        Ok(Opened { state_version: Some(to), migrated: migrating.map(|_| n) })
     }
 
     fn stage(&self) -> &str {
@@ -179,7 +271,10 @@ impl Operator for SessionOperator {
     ) -> Result<Processed, OperatorError> {
         let closed_before = bound(watermark, self.lateness);
         let mut set_aside = Processed::default();
-        let mut by_key: BTreeMap<&[u8], Vec<(i64, u32)>> = BTreeMap::new();
+        // One sort groups the batch: by a hash of the key first (groups need not be in key
+        // order, and two words compare where two keys would need `memcmp`), then the key, a
+        // key's events by time, ties in input order.
+        let mut keyed: Vec<(u64, &[u8], i64, u32)> = Vec::with_capacity(events.times.len());
         for (i, &t) in events.times.iter().enumerate() {
             let Some(end) = t.checked_add(self.gap) else {
                 let why = format!("event time {t}: its session would end outside the timeline");
@@ -189,18 +284,22 @@ impl Operator for SessionOperator {
             if end <= closed_before {
                 set_aside.late.push(i as u32);
             } else {
-                by_key.entry(columns::item(&events.keys, &events.key_ends, i)).or_default().push((t, i as u32));
+                let key = columns::item(&events.keys, &events.key_ends, i);
+                keyed.push((rustc_hash::FxBuildHasher.hash_one(key), key, t, i as u32));
             }
         }
+        keyed.sort_unstable();
         let mut sessions: Vec<Session> = Vec::new();
-        let none = Vec::new();
-        for (key, mut evs) in by_key {
-            evs.sort_unstable();
-            let open = self.open.get(key).unwrap_or(&none);
+        for evs in keyed.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
+            let key = evs[0].1;
+            let (shared, open) = match self.open.get_key_value(key) {
+                Some((shared, open)) => (shared.clone(), open.as_slice()),
+                None => (Key::from(key), &[][..]),
+            };
             // Intervals: open sessions first (ids < open.len()), then one per event.
             let mut ivs: Vec<Interval> = Vec::with_capacity(open.len() + evs.len());
             ivs.extend(open.iter().enumerate().map(|(id, o)| Interval { start: o.start, end: o.end, id }));
-            for (j, &(t, _)) in evs.iter().enumerate() {
+            for (j, &(_, _, t, _)) in evs.iter().enumerate() {
                 // Fits: events whose session would not were set aside above.
                 ivs.push(Interval { start: t, end: t.saturating_add(self.gap), id: open.len() + j });
             }
@@ -210,15 +309,21 @@ impl Operator for SessionOperator {
                 if matches!(ids.as_slice(), [id] if *id < open.len()) {
                     continue;
                 }
-                let mut s =
-                    Session { start, end, key: key.to_vec(), starts: Vec::new(), accs: Vec::new(), events: Vec::new() };
+                let mut s = Session {
+                    start,
+                    end,
+                    key: shared.clone(),
+                    starts: Vec::new(),
+                    accs: Vec::new(),
+                    events: Vec::new(),
+                };
                 for id in ids {
                     match open.get(id) {
                         Some(o) => {
                             s.starts.push(o.start);
                             s.accs.push(o.acc.clone());
                         }
-                        None => s.events.push(evs[id - open.len()].1),
+                        None => s.events.push(evs[id - open.len()].3),
                     }
                 }
                 sessions.push(s);
@@ -227,24 +332,26 @@ impl Operator for SessionOperator {
         if sessions.is_empty() {
             return Ok(set_aside);
         }
-        // Sessions that swallowed several open ones merge those first, in one call.
+        // Sessions that swallowed several open ones merge those first, in one call. The
+        // accumulators move into the calls' arguments (they were copied out of memory above).
         let mut flat = Vec::new();
         let mut ends = Vec::new();
         let mut merging = Vec::new();
-        for (i, s) in sessions.iter().enumerate() {
+        let mut accs: Vec<Vec<u8>> = Vec::with_capacity(sessions.len());
+        for (i, s) in sessions.iter_mut().enumerate() {
             if s.accs.len() > 1 {
-                flat.extend(s.accs.iter().cloned());
+                flat.append(&mut s.accs);
                 ends.push(flat.len() as u32);
                 merging.push(i);
+                accs.push(Vec::new());
+            } else {
+                accs.push(s.accs.pop().unwrap_or_default());
             }
         }
-        let mut merged = Vec::new();
         if !merging.is_empty() {
-            merged = self.agg.merge(&flat, &ends)?;
-        }
-        let mut accs: Vec<Vec<u8>> = sessions.iter().map(|s| s.accs.first().cloned().unwrap_or_default()).collect();
-        for (&i, acc) in merging.iter().zip(merged) {
-            accs[i] = acc;
+            for (&i, acc) in merging.iter().zip(self.agg.merge(&flat, &ends)?) {
+                accs[i] = acc;
+            }
         }
         let mut members = Vec::new();
         let mut group_ends = Vec::with_capacity(sessions.len());
@@ -262,15 +369,17 @@ impl Operator for SessionOperator {
                     return true;
                 }
                 self.ends.remove(&(o.end, s.key.clone(), o.start));
+                self.live_bytes = self.live_bytes.saturating_sub(size(&s.key, &o.acc));
                 if o.start == s.start {
                     stored |= o.stored; // the merged session overwrites it in place
                 } else if o.stored {
-                    self.absorbed.push(session_key(&s.key, o.start));
+                    self.absorbed.push((s.key.clone(), o.start));
                 }
                 false
             });
+            self.live_bytes += size(&s.key, &acc);
             let at = list.partition_point(|o| o.start < s.start);
-            list.insert(at, Open { start: s.start, end: s.end, acc, stored });
+            list.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
             self.ends.insert((s.end, s.key.clone(), s.start));
             self.changed.push((s.key, s.start));
         }
@@ -302,70 +411,104 @@ impl SessionOperator {
     /// deleted, changed ones that are still open written, once each.
     fn sessions_leaving(&mut self, watermark: i64, state: &mut StateStore) -> Vec<WindowAcc> {
         let now = bound(watermark, self.lateness);
-        let changed: BTreeSet<(Vec<u8>, i64)> = std::mem::take(&mut self.changed).into_iter().collect();
+        let changed = std::mem::take(&mut self.changed);
+        // The batch's entry in the log.
+        let mut entry = Vec::new();
         let mut out = Vec::new();
         while let Some((end, key, start)) = self.ends.first().cloned().filter(|(end, _, _)| *end <= now) {
             self.ends.pop_first();
-            let Some(list) = self.open.get_mut(&key) else { continue };
+            let Some(list) = self.open.get_mut(&*key) else { continue };
             let Some(at) = list.iter().position(|o| o.start == start) else { continue };
             let o = list.remove(at);
             if list.is_empty() {
-                self.open.remove(&key);
+                self.open.remove(&*key);
             }
+            self.live_bytes = self.live_bytes.saturating_sub(size(&key, &o.acc));
             if o.stored {
-                state.delete(session_key(&key, start));
+                session_log::delete(&mut entry, &key, start);
             }
             let take = match self.mode {
                 OutputMode::Append | OutputMode::Complete => true,
-                OutputMode::Update => changed.contains(&(key.clone(), start)),
+                OutputMode::Update => o.changed,
             };
             if take {
-                out.push(WindowAcc { start, end, key, acc: o.acc });
+                out.push(WindowAcc { start, end, key: key.to_vec(), acc: o.acc });
             }
         }
-        let still_open = |key: &[u8], start: i64, open: &HashMap<Vec<u8>, Vec<Open>>| {
-            open.get(key).and_then(|l| l.iter().find(|o| o.start == start)).cloned()
-        };
-        match self.mode {
-            OutputMode::Append => {}
-            OutputMode::Update => {
-                for (key, start) in &changed {
-                    if let Some(o) = still_open(key, *start, &self.open) {
-                        out.push(WindowAcc { start: o.start, end: o.end, key: key.clone(), acc: o.acc });
-                    }
-                }
-            }
-            OutputMode::Complete => {
-                for (key, list) in &self.open {
-                    for o in list {
-                        out.push(WindowAcc { start: o.start, end: o.end, key: key.clone(), acc: o.acc.clone() });
-                    }
+        if self.mode == OutputMode::Complete {
+            for (key, list) in &self.open {
+                for o in list {
+                    out.push(WindowAcc { start: o.start, end: o.end, key: key.to_vec(), acc: o.acc.clone() });
                 }
             }
         }
-        for k in self.absorbed.drain(..) {
-            state.delete(k);
+        for (key, start) in self.absorbed.drain(..) {
+            session_log::delete(&mut entry, &key, start);
         }
+        // Each changed session still open: written once, and emitted in update mode.
         for (key, start) in changed {
-            let Some(list) = self.open.get_mut(&key) else { continue };
-            let Some(o) = list.iter_mut().find(|o| o.start == start) else { continue };
-            let mut v = time_key(o.end).to_vec();
-            v.extend_from_slice(&o.acc);
-            state.put(session_key(&key, start), v);
+            let Some(list) = self.open.get_mut(&*key) else { continue };
+            let Some(o) = list.iter_mut().find(|o| o.start == start && o.changed) else { continue };
+            o.changed = false;
             o.stored = true;
+            session_log::put(&mut entry, &key, start, o.end, &o.acc);
+            if self.mode == OutputMode::Update {
+                out.push(WindowAcc { start, end: o.end, key: key.to_vec(), acc: o.acc.clone() });
+            }
+        }
+        let limit = (session_log::REWRITE_FACTOR * self.live_bytes).max(self.rewrite_min);
+        if self.log.bytes + entry.len() > limit {
+            self.rewrite_log(state);
+        } else if !entry.is_empty() {
+            self.append(state, entry);
         }
         out.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
         out
+    }
+
+    /// Replaces the log with a snapshot of the open sessions, in entries of at most
+    /// `ENTRY_BYTES`, and the deletes of every entry before it: one atomic write at commit.
+    fn rewrite_log(&mut self, state: &mut StateStore) {
+        for seq in self.log.first..self.log.next {
+            state.delete(session_log::entry_key(seq));
+        }
+        self.log = Log { first: self.log.next, next: self.log.next, bytes: 0 };
+        let mut entry = Vec::new();
+        let mut entries = Vec::new();
+        for (key, list) in &mut self.open {
+            for o in list {
+                session_log::put(&mut entry, key, o.start, o.end, &o.acc);
+                o.stored = true;
+                if entry.len() >= session_log::ENTRY_BYTES {
+                    entries.push(std::mem::take(&mut entry));
+                }
+            }
+        }
+        if !entry.is_empty() {
+            entries.push(entry);
+        }
+        for e in entries {
+            self.append(state, e);
+        }
+    }
+
+    fn append(&mut self, state: &mut StateStore, entry: Vec<u8>) {
+        self.log.bytes += entry.len();
+        state.put(session_log::entry_key(self.log.next), entry);
+        self.log.next += 1;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::state::time_key;
 
     #[test]
-    fn session_keys_round_trip() {
-        let k = session_key(b"user-7", -42);
+    fn format_2_session_keys_are_read() {
+        let mut k = vec![OLD_SESSIONS, 0, 0, 0, 6];
+        k.extend_from_slice(b"user-7");
+        k.extend_from_slice(&time_key(-42));
         assert_eq!(split_session_key(&k).unwrap(), (b"user-7".to_vec(), -42));
         assert!(split_session_key(b"s\0\0\0\x09ab").is_err());
     }

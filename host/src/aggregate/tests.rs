@@ -279,8 +279,9 @@ fn members_are_laid_out_group_by_group_in_event_order() {
     assert_eq!(ends, vec![2, 4, 5]);
 }
 
-/// A checkpoint of sessions state format 1 (the end index in the store) opens as format 2:
-/// its sessions carry on from memory, and the old index goes in the first commit.
+/// A checkpoint of sessions state format 1 (a key per session, and the end index in the store)
+/// opens as format 3: its sessions carry on from memory, the old keys go in the first commit,
+/// and the log that replaces them opens to the same sessions.
 #[test]
 fn sessions_of_state_format_1_open_and_their_store_index_goes() {
     let dir = tempfile::tempdir().unwrap();
@@ -306,6 +307,55 @@ fn sessions_of_state_format_1_open_and_their_store_index_goes() {
     let (_, out) = h.batch(&[(5, "a")], 100);
     assert_eq!(out, vec![(0, 15, "a".to_string(), 3)], "it merged with the new event and left once");
     assert!(h.state.range(b"e", b"f").unwrap().is_empty(), "format 1's index is gone");
-    assert!(h.state.range(b"s", b"t").unwrap().is_empty(), "and the final session");
-    assert_eq!(h.state.get(b"fs").unwrap(), Some(2u32.to_be_bytes().to_vec()));
+    assert!(h.state.range(b"s", b"t").unwrap().is_empty(), "and its session keys");
+    assert!(!h.state.range(b"g", b"h").unwrap().is_empty(), "the log took their place");
+    assert_eq!(h.state.get(b"fs").unwrap(), Some(3u32.to_be_bytes().to_vec()));
+    let mut reopened = sessions(10)(0, OutputMode::Append);
+    reopened.open(&mut h.state, Some(1)).unwrap();
+    assert_eq!(reopened.horizon(&h.state).unwrap(), None, "the log replays to no open session");
+}
+
+/// The log of changes reopens to exactly the open sessions, through appends and rewrites:
+/// many keys over many batches, reopened after each commit, must emit what one operator that
+/// never closed emits.
+#[test]
+fn sessions_reopened_from_their_log_after_every_batch_emit_what_one_run_emits() {
+    let batches: Vec<Vec<(i64, String)>> = (0..60)
+        .map(|b| (0..400).map(|i| (b * 7 + (i % 13), format!("user-{}", (i * 31 + b * 17) % 500))).collect())
+        .collect();
+    // Rewritten whenever the log is twice the open sessions, or 2 KiB: many times in this run.
+    let make = || {
+        Box::new(
+            sessions::SessionOperator::new(10, 0, OutputMode::Append, Box::new(Count), policy()).rewriting_at(2048),
+        )
+    };
+    let run = |reopen: bool| {
+        let mut h = Harness::new(make());
+        let mut all = Vec::new();
+        for (b, evs) in batches.iter().enumerate() {
+            let evs: Vec<(i64, &str)> = evs.iter().map(|(t, k)| (*t, k.as_str())).collect();
+            let (_, out) = h.batch(&evs, b as i64 * 7 - 20);
+            all.extend(out);
+            if reopen {
+                let mut op = make();
+                op.open(&mut h.state, Some(1)).unwrap();
+                h.op = op;
+            }
+        }
+        let (_, out) = h.batch(&[], i64::MAX);
+        all.extend(out);
+        all
+    };
+    let once = run(false);
+    assert!(once.len() > 1_000, "{} sessions", once.len());
+    assert_eq!(run(true), once);
+    // And the rewrites happened: the log's first entry moved on from the first ever written.
+    let mut h = Harness::new(make());
+    for (b, evs) in batches.iter().take(20).enumerate() {
+        let evs: Vec<(i64, &str)> = evs.iter().map(|(t, k)| (*t, k.as_str())).collect();
+        h.batch(&evs, b as i64 * 7 - 20);
+    }
+    let log = h.state.range(b"g", b"h").unwrap();
+    assert!(log.len() < 20, "{} entries: rewritten, not only appended", log.len());
+    assert!(log[0].0 > b"g\0\0\0\0\0\0\0\x01".to_vec(), "the oldest entries were deleted by a rewrite");
 }

@@ -65,6 +65,9 @@ pub(crate) enum Scope {
     /// Sessions by end, in state format 1 only (format 2 keeps this index in memory): what
     /// `open` converts.
     SessionEnds = b'e',
+    /// Sessions as a log of changes, by sequence, in state format 3 (`aggregate/session_log.rs`);
+    /// formats 1 and 2 kept them under `Sessions`.
+    SessionLog = b'g',
     /// Kept events, by key and time (`dedup.rs`).
     DedupKept = b'd',
     /// Kept events by time, to expire them.
