@@ -23,8 +23,10 @@ pub(super) const ENTRY_BYTES: usize = 1 << 20;
 /// The log is rewritten as a snapshot once it holds this many times the open sessions' bytes...
 pub(super) const REWRITE_FACTOR: usize = 2;
 
-/// ...and at least this many bytes: small states are not rewritten at every batch.
-pub(super) const REWRITE_MIN_BYTES: usize = 4 << 20;
+/// ...and at least this many bytes, so that a small state is not rewritten at every batch. Small:
+/// the factor already bounds what rewriting costs (each byte of a change is written at most
+/// about `1 + 1 / (REWRITE_FACTOR - 1)` times), and a short log is a quick start.
+pub(super) const REWRITE_MIN_BYTES: usize = 64 << 10;
 
 /// Bytes of a put beyond its key and accumulator.
 pub(super) const PUT_OVERHEAD: usize = 1 + 4 + 8 + 8 + 4;
