@@ -42,19 +42,7 @@ fn output_is_identical_after_repeated_kill_9() {
 fn sessions_are_identical_after_repeated_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 60_000, 17);
-    let windows = dir.path().join("windows");
-    let extra =
-        format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
-    let p = pipeline(
-        dir.path(),
-        Spec {
-            window: "type = \"session\"\ngap = \"5 minutes\"",
-            parse_config: "key_by_user = true",
-            watermark: "flush_at_end = true",
-            extra: &extra,
-            source: "type = \"replay\"\npath = \"orders.jsonl\"\nmax_offsets_per_trigger = 1000",
-        },
-    );
+    let (p, windows) = sessions_per_user(dir.path(), "5 minutes", "10 minutes");
     let expected = weir_test(&p, &events);
     let (kept, _) = kept_orders(&events);
     assert_eq!(windows_of(&expected), session_reference(&kept, 300_000));
@@ -64,8 +52,8 @@ fn sessions_are_identical_after_repeated_kill_9() {
     assert_eq!(sink_rows(&windows), expected, "same rows in the same order");
 }
 
-/// Short sessions under a short watermark (the generator's disorder is under 30 s) close all through the run, so their log of changes is
-/// rewritten as a snapshot every few batches (`aggregate/session_log.rs`): kills land before,
+/// Short sessions under a short watermark (the generator's disorder is under 30 s) close all
+/// through the run, so their log of changes is rewritten as a snapshot every few batches (`aggregate/session_log.rs`): kills land before,
 /// during and after rewrites, and every restart replays a log that some rewrite left. Each
 /// session must still come out once, as in the run that was never killed (the test above
 /// compares with the naive reference too).
@@ -73,21 +61,7 @@ fn sessions_are_identical_after_repeated_kill_9() {
 fn short_sessions_whose_log_is_rewritten_are_identical_after_repeated_kill_9() {
     let dir = tempfile::tempdir().unwrap();
     let events = orders(dir.path(), 150_000, 19);
-    let windows = dir.path().join("windows");
-    let extra =
-        format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.path().join("checkpoint").display());
-    let p = pipeline(
-        dir.path(),
-        Spec {
-            window: "type = \"session\"\ngap = \"2 seconds\"",
-            parse_config: "key_by_user = true",
-            watermark: "flush_at_end = true",
-            extra: &extra,
-            source: "type = \"replay\"\npath = \"orders.jsonl\"\nmax_offsets_per_trigger = 1000",
-        },
-    );
-    let text = std::fs::read_to_string(&p).unwrap().replace("delay = \"10 minutes\"", "delay = \"30 seconds\"");
-    std::fs::write(&p, text).unwrap();
+    let (p, windows) = sessions_per_user(dir.path(), "2 seconds", "30 seconds");
     let expected = weir_test(&p, &events);
     assert!(expected.len() > 30_000, "{} sessions", expected.len());
 
@@ -101,6 +75,28 @@ fn short_sessions_whose_log_is_rewritten_are_identical_after_repeated_kill_9() {
     let mut first = b"g".to_vec();
     first.extend_from_slice(&0u64.to_be_bytes());
     assert_eq!(db.get(&first).unwrap(), None, "the log's first entry is still there: no rewrite happened");
+}
+
+/// A pipeline of sessions per user with gap `gap` under a watermark of `delay`, in batches of up
+/// to 1,000 records, flushed at the end, into a file sink: the pipeline file and the sink's
+/// directory.
+fn sessions_per_user(dir: &std::path::Path, gap: &str, delay: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let windows = dir.join("windows");
+    let extra = format!("{}[checkpoint]\nlocation = \"{}\"", file_sink(&windows), dir.join("checkpoint").display());
+    let window = format!("type = \"session\"\ngap = \"{gap}\"");
+    let p = pipeline(
+        dir,
+        Spec {
+            window: &window,
+            parse_config: "key_by_user = true",
+            watermark: "flush_at_end = true",
+            extra: &extra,
+            source: "type = \"replay\"\npath = \"orders.jsonl\"\nmax_offsets_per_trigger = 1000",
+        },
+    );
+    let text = std::fs::read_to_string(&p).unwrap().replace("delay = \"10 minutes\"", &format!("delay = \"{delay}\""));
+    std::fs::write(&p, text).unwrap();
+    (p, windows)
 }
 
 /// `weir test --restarts`: the orders pipeline is replay-safe through crashes at random batch

@@ -82,11 +82,7 @@ pub(crate) fn check_object_for<'a, const N: usize>(
     if let Some((_, why)) = misshapen(row, &[row.len() as u32]).first() {
         return Err((*why).to_string());
     }
-    match scan::scan(row, paths) {
-        Ok(found) => Ok(found),
-        Err(scan::ScanError::Duplicate(i)) => Err(format!("the row has the field {:?} twice", paths.name(i))),
-        Err(e) => Err(format!("row is not valid JSON: {e}")),
-    }
+    scan_for(row, paths, |e| format!("row is not valid JSON: {e}"))
 }
 
 /// The raw JSON text of `row`'s field `path` (`"user_id"`, or `"customer.id"` inside an
@@ -102,11 +98,19 @@ pub(crate) fn fields<'a, const N: usize>(
     row: &'a [u8],
     paths: &scan::Paths<N>,
 ) -> Result<[Option<&'a [u8]>; N], String> {
-    match scan::scan(row, paths) {
-        Ok(found) => Ok(found),
-        Err(scan::ScanError::Duplicate(i)) => Err(format!("the row has the field {:?} twice", paths.name(i))),
-        Err(e) => Err(format!("the row is not a JSON object ({e})")),
-    }
+    scan_for(row, paths, |e| format!("the row is not a JSON object ({e})"))
+}
+
+/// One scan for `paths`: a path found twice names the field, any other error is `syntax`'s.
+fn scan_for<'a, const N: usize>(
+    row: &'a [u8],
+    paths: &scan::Paths<N>,
+    syntax: impl FnOnce(scan::ScanError) -> String,
+) -> Result<[Option<&'a [u8]>; N], String> {
+    scan::scan(row, paths).map_err(|e| match e {
+        scan::ScanError::Duplicate(i) => format!("the row has the field {:?} twice", paths.name(i)),
+        e => syntax(e),
+    })
 }
 
 #[cfg(test)]

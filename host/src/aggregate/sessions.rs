@@ -98,6 +98,15 @@ struct Log {
     bytes: usize,
 }
 
+impl Log {
+    /// Stages `entry` as the log's next.
+    fn append(&mut self, state: &mut StateStore, entry: Vec<u8>) {
+        self.bytes += entry.len();
+        state.put(session_log::entry_key(self.next), entry);
+        self.next += 1;
+    }
+}
+
 /// What an open session takes in a snapshot.
 fn size(key: &[u8], acc: &[u8]) -> usize {
     session_log::PUT_OVERHEAD + key.len() + acc.len()
@@ -460,7 +469,7 @@ impl SessionOperator {
         if self.log.bytes + entry.len() > limit {
             self.rewrite_log(state);
         } else if !entry.is_empty() {
-            self.append(state, entry);
+            self.log.append(state, entry);
         }
         out.sort_by(|a, b| (a.start, &a.key).cmp(&(b.start, &b.key)));
         out
@@ -474,28 +483,18 @@ impl SessionOperator {
         }
         self.log = Log { first: self.log.next, next: self.log.next, bytes: 0 };
         let mut entry = Vec::new();
-        let mut entries = Vec::new();
         for (key, list) in &mut self.open {
             for o in list {
                 session_log::put(&mut entry, key, o.start, o.end, &o.acc);
                 o.stored = true;
                 if entry.len() >= session_log::ENTRY_BYTES {
-                    entries.push(std::mem::take(&mut entry));
+                    self.log.append(state, std::mem::take(&mut entry));
                 }
             }
         }
         if !entry.is_empty() {
-            entries.push(entry);
+            self.log.append(state, entry);
         }
-        for e in entries {
-            self.append(state, e);
-        }
-    }
-
-    fn append(&mut self, state: &mut StateStore, entry: Vec<u8>) {
-        self.log.bytes += entry.len();
-        state.put(session_log::entry_key(self.log.next), entry);
-        self.log.next += 1;
     }
 }
 
