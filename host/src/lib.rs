@@ -14,6 +14,7 @@ mod aggregate;
 mod checkpoint;
 pub mod cli;
 mod columns;
+mod dataset;
 mod driver;
 mod ingest;
 mod isolate;

@@ -87,6 +87,7 @@ fn offsets(o: &Offsets) -> String {
         Offsets::Kafka { partitions } => {
             partitions.iter().map(|t| format!("{}/{}@{}", t.topic, t.partition, t.offset)).collect::<Vec<_>>().join(" ")
         }
+        Offsets::Log { next } => format!("offset {next}"),
     }
 }
 

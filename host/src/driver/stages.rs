@@ -17,7 +17,8 @@ use crate::operator::processor::KeyedProcess;
 use crate::operator::table_join::TableJoin;
 use crate::pipeline::{Join, Keyed, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
-use crate::sink::{KafkaSink, LineSink, RowSink, SinkError, WasmSink};
+use crate::sink::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
+use crate::source::SourceError;
 
 /// Where a run's rows go.
 pub(crate) enum Output {
@@ -118,6 +119,10 @@ pub(crate) fn sink(
         (Output::Pipeline, Some(SinkConfig::Kafka(k))) => {
             Box::new(KafkaSink::open(k, continuous, stop.clone()).map_err(SinkError::Kafka)?)
         }
+        (Output::Pipeline, Some(SinkConfig::Dataset { dataset, key })) => match &dataset.log {
+            Some(dir) => Box::new(LogSink::open(&dataset.name, dir, dataset.table, key.clone())?),
+            None => return Err(SourceError::NoProject(dataset.name.clone()).into()),
+        },
         (Output::Pipeline, None) => Box::new(LineSink(std::io::stdout())),
     })
 }

@@ -93,6 +93,8 @@ pub(super) enum SourceFile {
         /// librdkafka options, e.g. `kafka.bootstrap.servers = "host:9092"`.
         kafka: toml::Table,
     },
+    /// A dataset of the project the flow is in (docs/projects.md).
+    Dataset { dataset: String, max_offsets_per_trigger: Option<usize> },
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -118,8 +120,10 @@ pub(super) struct SinkFile {
     pub(super) topic: Option<String>,
     pub(super) kafka: Option<toml::Table>,
     pub(super) transactional: Option<bool>,
-    /// Kafka: the row field whose value keys each message (default: the row's own key).
+    /// Kafka, dataset: the row field whose value keys each row (default: the row's own key).
     pub(super) key: Option<String>,
+    /// A dataset of the project the flow is in.
+    pub(super) dataset: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -128,6 +132,7 @@ pub(super) enum SinkKindFile {
     #[default]
     Wasm,
     Kafka,
+    Dataset,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -133,6 +133,24 @@ pub(crate) struct SourceConfig {
 pub(crate) enum SourceKind {
     Replay { path: PathBuf, format: ReplayFormat },
     Kafka(KafkaSourceConfig),
+    Dataset(DatasetRef),
+}
+
+/// A project's dataset, as a flow names it. The project fills in where it lives
+/// (`project/mod.rs`): the embedded log's directory here, or a Kafka topic, for which it
+/// replaces the source or sink with Kafka's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DatasetRef {
+    pub name: String,
+    /// The embedded log's directory; `None` outside a project.
+    pub log: Option<PathBuf>,
+    pub table: bool,
+}
+
+impl DatasetRef {
+    fn named(name: String) -> Self {
+        Self { name, log: None, table: false }
+    }
 }
 
 impl SourceKind {
@@ -140,6 +158,7 @@ impl SourceKind {
         match self {
             SourceKind::Replay { .. } => "replay",
             SourceKind::Kafka(_) => "kafka",
+            SourceKind::Dataset(_) => "dataset",
         }
     }
 
@@ -153,6 +172,7 @@ impl SourceKind {
                 format!("replay:{}", path.display())
             }
             SourceKind::Kafka(k) => format!("kafka:{}", k.topics.join(",")),
+            SourceKind::Dataset(d) => format!("dataset:{}", d.name),
         }
     }
 }
@@ -174,6 +194,8 @@ pub(crate) struct KafkaSourceConfig {
 pub(crate) enum SinkConfig {
     Wasm(StageSpec),
     Kafka(KafkaSinkConfig),
+    /// A project's dataset; `key`: the row field whose value keys each row (`sink.key`).
+    Dataset { dataset: DatasetRef, key: Option<String> },
 }
 
 #[derive(Debug, Clone)]

@@ -5,11 +5,11 @@
 use std::path::Path;
 
 use super::file::{
-    Dur, FailureMode, JoinType, PipelineFile, SinkFile, SinkKindFile, SourceFile, StageFile, StartingFile, TriggerMode,
-    WindowFile, WindowKind,
+    Dur, FailureMode, GrantsFile, JoinType, PipelineFile, SinkFile, SinkKindFile, SourceFile, StageFile, StartingFile,
+    TriggerMode, WindowFile, WindowKind,
 };
 use super::*;
-use crate::plugin::{DirGrant, Grants};
+use crate::plugin::{DirGrant, Grants, LimitsFile};
 
 /// Parses and validates pipeline text; `path` (absolute) locates relative paths and names the
 /// file in errors.
@@ -519,6 +519,9 @@ fn source_config(
                 max_offsets_per_trigger,
             )
         }
+        SourceFile::Dataset { dataset, max_offsets_per_trigger } => {
+            (SourceKind::Dataset(DatasetRef::named(dataset_name(&format!("{key}.dataset"), dataset, invalid)?)), max_offsets_per_trigger)
+        }
     };
     if let Some(n) = max_offsets_per_trigger
         && !(1..=MAX_OFFSETS_PER_TRIGGER).contains(&n)
@@ -550,6 +553,7 @@ fn sink_config(
     };
     match s.kind {
         SinkKindFile::Wasm => {
+            not_for("dataset", s.dataset.is_some(), "Wasm")?;
             not_for("topic", s.topic.is_some(), "Wasm")?;
             not_for("kafka", s.kafka.is_some(), "Wasm")?;
             not_for("transactional", s.transactional.is_some(), "Wasm")?;
@@ -563,18 +567,27 @@ fn sink_config(
             let file = StageFile { plugin, parallelism: None, config: s.config, grants: s.grants, limits: s.limits };
             Ok(SinkConfig::Wasm(stage("sink", file)?))
         }
+        SinkKindFile::Dataset => {
+            not_for("plugin", s.plugin.is_some(), "dataset")?;
+            not_for("config", !s.config.is_empty(), "dataset")?;
+            not_for("grants", granted(&s.grants), "dataset")?;
+            not_for("limits", s.limits != LimitsFile::default(), "dataset")?;
+            not_for("topic", s.topic.is_some(), "dataset")?;
+            not_for("kafka", s.kafka.is_some(), "dataset")?;
+            not_for("transactional", s.transactional.is_some(), "dataset")?;
+            let dataset = s.dataset.ok_or_else(|| {
+                invalid("sink.dataset", "the project's dataset to write to, e.g. dataset = \"silver\"".into())
+            })?;
+            Ok(SinkConfig::Dataset {
+                dataset: DatasetRef::named(dataset_name("sink.dataset", dataset, invalid)?),
+                key: key_field("sink.key", s.key, invalid)?,
+            })
+        }
         SinkKindFile::Kafka => {
+            not_for("dataset", s.dataset.is_some(), "Kafka")?;
             not_for("plugin", s.plugin.is_some(), "Kafka")?;
             not_for("config", !s.config.is_empty(), "Kafka")?;
-            let g = &s.grants;
-            let granted = !g.dirs.is_empty()
-                || !g.env.is_empty()
-                || g.clocks
-                || g.random
-                || !g.network.is_empty()
-                || !g.http.is_empty()
-                || g.stdout;
-            not_for("grants", granted, "Kafka")?;
+            not_for("grants", granted(&s.grants), "Kafka")?;
             let topic = s
                 .topic
                 .filter(|t| !t.is_empty())
@@ -716,5 +729,33 @@ fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -
             unused("window.offset", w.offset, "session")?;
             Ok(WindowSpec::Session { gap: positive("window.gap", w.gap, "gap = \"5 minutes\"")? })
         }
+    }
+}
+
+/// Whether a `grants` table grants anything.
+fn granted(g: &GrantsFile) -> bool {
+    !g.dirs.is_empty() || !g.env.is_empty() || g.clocks || g.random || !g.network.is_empty() || !g.http.is_empty() || g.stdout
+}
+
+/// The longest dataset name.
+pub(crate) const MAX_DATASET_NAME: usize = 128;
+
+/// A dataset's name as a flow writes it: letters, digits, `_` and `-` (it names a directory and
+/// a graph node).
+pub(crate) fn dataset_name(
+    key: &str,
+    name: String,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<String, PipelineError> {
+    let ok = !name.is_empty()
+        && name.len() <= MAX_DATASET_NAME
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if ok {
+        Ok(name)
+    } else {
+        Err(invalid(
+            key,
+            format!("`{name}`: a dataset's name is 1 to {MAX_DATASET_NAME} letters, digits, `_` or `-`, e.g. \"silver\""),
+        ))
     }
 }

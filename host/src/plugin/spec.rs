@@ -134,7 +134,7 @@ fn mb(n: u64) -> usize {
 }
 
 /// A stage's `limits` table, as written.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct LimitsFile {
     call_timeout: Option<Dur>,

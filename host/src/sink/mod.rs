@@ -5,10 +5,12 @@
 //! exactly-once.
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
-//! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture).
+//! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
+//! project's dataset in the embedded log).
 
 mod kafka;
 mod lines;
+mod log;
 mod wasm;
 
 use crate::columns::{self, ColumnFull};
@@ -17,6 +19,7 @@ use crate::plugin::PluginError;
 
 pub(crate) use kafka::{KafkaSink, producer_config};
 pub(crate) use lines::LineSink;
+pub(crate) use log::LogSink;
 pub(crate) use wasm::WasmSink;
 
 /// Rows of one batch, flat, each with its key: row `i` is `rows[row_ends[i-1]..row_ends[i]]`, a
@@ -92,6 +95,11 @@ pub(crate) enum SinkError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    Log(crate::dataset::log::LogError),
+    #[error("dataset {dataset} is a table, which takes keyed rows only: {why}; key the flow's rows (a window, \
+             a [process], or sink.key = \"FIELD\")")]
+    Unkeyed { dataset: String, why: String },
 }
 
 /// Where result rows go.

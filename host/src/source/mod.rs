@@ -7,6 +7,7 @@
 //! planned batch without a commit is re-run after a crash.
 
 pub(crate) mod kafka;
+pub(crate) mod log;
 pub(crate) mod replay;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use crate::plugin::{Header, RawBatch};
 pub(crate) use kafka::TopicOffset;
 pub(crate) use replay::ReplayPosition;
 
+use crate::dataset::log::LogError;
 use crate::kafka::KafkaError;
 
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +30,13 @@ pub(crate) enum SourceError {
     Replay(#[from] replay::ReplayError),
     #[error(transparent)]
     Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error(
+        "source.dataset = \"{0}\" reads a project's dataset: run the project (weir run DIR, where DIR has a weir.toml \
+         listing this flow)"
+    )]
+    NoProject(String),
     #[error("the checkpoint's offsets are for a {found} source, this pipeline reads {expected}")]
     WrongOffsets { expected: &'static str, found: &'static str },
 }
@@ -166,6 +175,8 @@ pub(crate) enum Offsets {
     Replay(ReplayPosition),
     /// The next offset to read in each partition.
     Kafka { partitions: Vec<TopicOffset> },
+    /// The next offset to read in a dataset's embedded log.
+    Log { next: u64 },
 }
 
 impl Offsets {
@@ -173,6 +184,7 @@ impl Offsets {
         match self {
             Offsets::Replay(_) => "replay",
             Offsets::Kafka { .. } => "kafka",
+            Offsets::Log { .. } => "dataset",
         }
     }
 }
@@ -190,6 +202,7 @@ pub(crate) struct Limit {
 pub(crate) enum Source {
     Replay(Box<replay::ReplaySource>),
     Kafka(Box<kafka::KafkaSource>),
+    Log(Box<log::LogSource>),
 }
 
 impl Source {
@@ -206,6 +219,15 @@ impl Source {
             (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
                 Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, partitions, stop)?)))
             }
+            (SourceKind::Dataset(d), at) => {
+                let (Some(dir), next) = (&d.log, at) else { return Err(SourceError::NoProject(d.name.clone())) };
+                let next = match next {
+                    None => 0,
+                    Some(Offsets::Log { next }) => *next,
+                    Some(found) => return Err(SourceError::WrongOffsets { expected: "dataset", found: found.kind() }),
+                };
+                Ok(Source::Log(Box::new(log::LogSource::open(&d.name, dir, d.table, next)?)))
+            }
             (kind, Some(found)) => Err(SourceError::WrongOffsets { expected: kind.name(), found: found.kind() }),
         }
     }
@@ -215,6 +237,7 @@ impl Source {
         match self {
             Source::Replay(s) => Offsets::Replay(s.position()),
             Source::Kafka(s) => Offsets::Kafka { partitions: s.offsets() },
+            Source::Log(s) => Offsets::Log { next: s.position() },
         }
     }
 
@@ -227,6 +250,7 @@ impl Source {
                 Ok((!b.is_empty()).then_some(b))
             }
             Source::Kafka(s) => Ok(s.next_batch(limit)?),
+            Source::Log(s) => Ok(s.next_batch(limit)?),
         }
     }
 
@@ -237,6 +261,7 @@ impl Source {
         match self {
             Source::Replay(s) => Ok(s.next_batch(usize::MAX, to_the_end)?),
             Source::Kafka(s) => Ok(s.read_available()?),
+            Source::Log(s) => Ok(s.read_available()?),
         }
     }
 
@@ -245,6 +270,7 @@ impl Source {
         match (self, end) {
             (Source::Replay(s), Offsets::Replay(p)) => Ok(s.read_until(*p)?),
             (Source::Kafka(s), Offsets::Kafka { partitions }) => Ok(s.read_until(partitions)?),
+            (Source::Log(s), Offsets::Log { next }) => Ok(s.read_until(*next)?),
             (s, found) => {
                 let expected = s.offsets().kind();
                 Err(SourceError::WrongOffsets { expected, found: found.kind() })
@@ -257,6 +283,7 @@ impl Source {
         match self {
             Source::Replay(s) => s.spare = Some(batch),
             Source::Kafka(s) => s.spare = Some(batch),
+            Source::Log(s) => s.spare = Some(batch),
         }
     }
 
@@ -274,6 +301,7 @@ impl Source {
         match self {
             Source::Replay(s) => vec![s.path().display().to_string()],
             Source::Kafka(s) => s.topics().to_vec(),
+            Source::Log(s) => vec![s.name().to_string()],
         }
     }
 }

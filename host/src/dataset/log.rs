@@ -1,0 +1,373 @@
+//! The embedded log: one dataset's records, durable and replayable by offset, so a project runs
+//! with no broker. A flow appends a batch's rows; a downstream flow reads them from the offset its
+//! checkpoint recorded, and re-reading up to a recorded end yields the same records again.
+//!
+//! It lives in RocksDB, which Weir already carries for state, rather than a file format of our
+//! own: each record is a key `r` + its offset (8 bytes, big-endian, so keys sort by offset), and
+//! RocksDB's write-ahead log and sorted files are the segments. That buys what a log needs and a
+//! hand-written one gets wrong: an append is one atomic, checksummed write, so a kill -9 in the
+//! middle of one leaves a torn tail that recovery truncates at the last whole append (never a
+//! half-read record); retention drops a range of offsets in one delete and compaction frees the
+//! files.
+//!
+//! Invariants:
+//! - An append writes its records, the new end and its writer's delivery mark in one write
+//!   batch, synced before it returns: the end never covers a missing record, and a delivery is
+//!   in the log entirely or not at all.
+//! - Each writer (a flow's checkpoint identity) appends its batches in increasing batch ids; a
+//!   batch id at or below its mark is a re-delivery after a crash and is skipped, which makes a
+//!   flow's output to a dataset exactly-once.
+//! - A table dataset also keeps, in the same write, each key's latest row (`k` + key), deleted
+//!   by a tombstone: the materialized view that `weir query` reads.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use rocksdb::{DB, Direction, IteratorMode, Options, WriteBatch, WriteOptions};
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum LogError {
+    #[error("dataset log {}", path.display())]
+    Db { path: PathBuf, source: rocksdb::Error },
+    #[error("dataset log {}: {what}", path.display())]
+    Corrupt { path: PathBuf, what: String },
+    #[error(
+        "dataset log {}: offsets {from}..{start} were deleted by retention before this reader got to them; \
+         lengthen the dataset's retention, or reset the reader (weir run --full-refresh)",
+        path.display()
+    )]
+    Trimmed { path: PathBuf, from: u64, start: u64 },
+}
+
+/// Key of the next offset to append at.
+const END: &[u8] = b"e";
+/// Key of the first offset retention kept.
+const START: &[u8] = b"s";
+/// Prefix of a record, followed by its offset.
+const RECORD: u8 = b'r';
+/// Prefix of a writer's delivery mark, followed by its identity.
+const MARK: u8 = b'd';
+/// Prefix of a table's row, followed by its key.
+const ROW: u8 = b'k';
+
+/// Bytes before a record's key in its stored value: the timestamp (8) and the key's length (4).
+const RECORD_HEAD: usize = 12;
+
+/// One record, as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct LogRecord {
+    pub offset: u64,
+    /// Milliseconds since the epoch, as the writer stamped it.
+    pub timestamp: i64,
+    pub key: Vec<u8>,
+    /// Empty: a tombstone for `key`.
+    pub value: Vec<u8>,
+}
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Appended {
+    /// Written at offsets `first..end`.
+    Written { first: u64, end: u64 },
+    /// The writer had already appended this batch: nothing written.
+    Again,
+}
+
+/// Where the log begins and ends, and a wake-up for readers waiting for more.
+struct Tail {
+    start: u64,
+    end: u64,
+}
+
+pub(crate) struct Log {
+    db: DB,
+    path: PathBuf,
+    table: bool,
+    /// Writes are synced. Off only to measure what that costs.
+    fsync: bool,
+    tail: Mutex<Tail>,
+    grew: Condvar,
+}
+
+/// The logs this process has open, by path: RocksDB lets one handle at a time write a
+/// directory, so every flow of a project that reads or writes a dataset shares it (and readers
+/// wake when a writer appends).
+fn open_logs() -> &'static Mutex<HashMap<PathBuf, Weak<Log>>> {
+    static LOGS: OnceLock<Mutex<HashMap<PathBuf, Weak<Log>>>> = OnceLock::new();
+    LOGS.get_or_init(Default::default)
+}
+
+impl Log {
+    /// Opens (creating) the log at `path`, or returns the handle this process already has.
+    /// `table`: keep each key's latest row too.
+    pub(crate) fn open(path: &Path, table: bool) -> Result<Arc<Log>, LogError> {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        let mut logs = open_logs().lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(log) = logs.get(&path).and_then(Weak::upgrade) {
+            return Ok(log);
+        }
+        let mut opts = Options::default();
+        opts.create_if_missing(true);
+        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        let db = DB::open(&opts, &path).map_err(|e| LogError::Db { path: path.clone(), source: e })?;
+        let log = Arc::new(Self::over(db, path.clone(), table)?);
+        logs.retain(|_, l| l.strong_count() > 0);
+        logs.insert(path, Arc::downgrade(&log));
+        Ok(log)
+    }
+
+    /// Opens a log another process may be appending to, to read what it had when opened
+    /// (`weir query`, `weir graph`).
+    pub(crate) fn open_read_only(path: &Path) -> Result<Log, LogError> {
+        let db = DB::open_for_read_only(&Options::default(), path, false)
+            .map_err(|e| LogError::Db { path: path.to_path_buf(), source: e })?;
+        Self::over(db, path.to_path_buf(), false)
+    }
+
+    fn over(db: DB, path: PathBuf, table: bool) -> Result<Log, LogError> {
+        let mut log = Log {
+            db,
+            path,
+            table,
+            fsync: true,
+            tail: Mutex::new(Tail { start: 0, end: 0 }),
+            grew: Condvar::new(),
+        };
+        let start = log.counter(START)?;
+        let end = log.counter(END)?;
+        if start > end {
+            return Err(log.corrupt(format!("starts at {start}, after its end {end}")));
+        }
+        log.tail = Mutex::new(Tail { start, end });
+        Ok(log)
+    }
+
+    fn err(&self, e: rocksdb::Error) -> LogError {
+        LogError::Db { path: self.path.clone(), source: e }
+    }
+
+    fn corrupt(&self, what: String) -> LogError {
+        LogError::Corrupt { path: self.path.clone(), what }
+    }
+
+    fn counter(&self, key: &[u8]) -> Result<u64, LogError> {
+        match self.db.get(key).map_err(|e| self.err(e))? {
+            None => Ok(0),
+            Some(v) => {
+                let b: [u8; 8] = v.as_slice().try_into().map_err(|_| self.corrupt(format!("a counter of {} bytes", v.len())))?;
+                Ok(u64::from_be_bytes(b))
+            }
+        }
+    }
+
+    fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends are no longer synced: a machine crash may lose them (benchmarks only).
+    pub(crate) fn set_fsync(&mut self, fsync: bool) {
+        self.fsync = fsync;
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The next offset an append writes at: the number of records ever appended.
+    pub(crate) fn end(&self) -> u64 {
+        self.tail().end
+    }
+
+    /// The first offset still kept.
+    pub(crate) fn start(&self) -> u64 {
+        self.tail().start
+    }
+
+    /// The last batch id `writer` appended, if any.
+    pub(crate) fn delivered(&self, writer: &str) -> Result<Option<u64>, LogError> {
+        let key = prefixed(MARK, writer.as_bytes());
+        match self.db.get(&key).map_err(|e| self.err(e))? {
+            None => Ok(None),
+            Some(v) => {
+                let b: [u8; 8] = v.as_slice().try_into().map_err(|_| self.corrupt("a delivery mark".into()))?;
+                Ok(Some(u64::from_be_bytes(b)))
+            }
+        }
+    }
+
+    /// Appends `records` (key, value; an empty value is a tombstone) stamped `timestamp`, as
+    /// batch `batch` of `writer`, unless that writer already appended it.
+    pub(crate) fn append<'r>(
+        &self,
+        writer: &str,
+        batch: u64,
+        timestamp: i64,
+        records: impl IntoIterator<Item = (&'r [u8], &'r [u8])>,
+    ) -> Result<Appended, LogError> {
+        // One appender at a time: the end is read and moved under the lock.
+        let mut tail = self.tail();
+        if self.delivered(writer)?.is_some_and(|last| batch <= last) {
+            return Ok(Appended::Again);
+        }
+        let first = tail.end;
+        let mut end = first;
+        let mut wb = WriteBatch::default();
+        let mut value = Vec::new();
+        for (key, row) in records {
+            value.clear();
+            value.extend_from_slice(&timestamp.to_be_bytes());
+            let key_len = u32::try_from(key.len()).map_err(|_| self.corrupt("a key over 4 GiB".into()))?;
+            value.extend_from_slice(&key_len.to_be_bytes());
+            value.extend_from_slice(key);
+            value.extend_from_slice(row);
+            wb.put(record_key(end), &value);
+            if self.table {
+                let k = prefixed(ROW, key);
+                if row.is_empty() { wb.delete(k) } else { wb.put(k, row) }
+            }
+            end += 1;
+        }
+        wb.put(END, end.to_be_bytes());
+        wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(self.fsync);
+        self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
+        tail.end = end;
+        drop(tail);
+        self.grew.notify_all();
+        Ok(Appended::Written { first, end })
+    }
+
+    /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order.
+    pub(crate) fn read(&self, from: u64, until: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
+        let start = self.start();
+        if from < start {
+            return Err(LogError::Trimmed { path: self.path.clone(), from, start });
+        }
+        let until = until.min(self.end());
+        let mut out = Vec::with_capacity((until.saturating_sub(from) as usize).min(max).min(1 << 16));
+        let first = record_key(from);
+        for item in self.db.iterator(IteratorMode::From(&first, Direction::Forward)) {
+            if out.len() >= max {
+                break;
+            }
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Some(offset) = record_offset(&k) else { break };
+            if offset >= until {
+                break;
+            }
+            let expected = from + out.len() as u64;
+            if offset != expected {
+                return Err(self.corrupt(format!("offset {expected} is missing (found {offset})")));
+            }
+            out.push(self.decode(offset, &v)?);
+        }
+        let expected = (until.saturating_sub(from) as usize).min(max);
+        if out.len() < expected {
+            return Err(self.corrupt(format!("records {}..{until} are missing", from + out.len() as u64)));
+        }
+        Ok(out)
+    }
+
+    fn decode(&self, offset: u64, v: &[u8]) -> Result<LogRecord, LogError> {
+        let bad = || self.corrupt(format!("record {offset} is malformed"));
+        let head = v.get(..RECORD_HEAD).ok_or_else(bad)?;
+        let timestamp = i64::from_be_bytes(head[..8].try_into().map_err(|_| bad())?);
+        let key_len = u32::from_be_bytes(head[8..12].try_into().map_err(|_| bad())?) as usize;
+        let key = v.get(RECORD_HEAD..RECORD_HEAD + key_len).ok_or_else(bad)?.to_vec();
+        let value = v[RECORD_HEAD + key_len..].to_vec();
+        Ok(LogRecord { offset, timestamp, key, value })
+    }
+
+    /// Waits up to `timeout` for the log to grow past `offset`; returns its end.
+    pub(crate) fn wait_past(&self, offset: u64, timeout: Duration) -> u64 {
+        let tail = self.tail();
+        if tail.end > offset {
+            return tail.end;
+        }
+        let (tail, _) =
+            self.grew.wait_timeout_while(tail, timeout, |t| t.end <= offset).unwrap_or_else(|p| p.into_inner());
+        tail.end
+    }
+
+    /// Drops the records before `offset` (retention). Readers still behind it get
+    /// [`LogError::Trimmed`].
+    pub(crate) fn trim_before(&self, offset: u64) -> Result<(), LogError> {
+        let mut tail = self.tail();
+        let offset = offset.min(tail.end);
+        if offset <= tail.start {
+            return Ok(());
+        }
+        let mut wb = WriteBatch::default();
+        wb.delete_range(record_key(tail.start), record_key(offset));
+        wb.put(START, offset.to_be_bytes());
+        let mut opts = WriteOptions::default();
+        opts.set_sync(self.fsync);
+        self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
+        tail.start = offset;
+        drop(tail);
+        self.db.compact_range(Some(record_key(0)), Some(record_key(offset)));
+        Ok(())
+    }
+
+    /// Drops the records stamped before `cutoff` (epoch ms): time-based retention. Stamps only
+    /// grow along the log (each append is stamped when it is made), so the kept records are a
+    /// suffix.
+    pub(crate) fn retain_since(&self, cutoff: i64) -> Result<(), LogError> {
+        let (start, end) = {
+            let t = self.tail();
+            (t.start, t.end)
+        };
+        let mut keep = start;
+        for item in self.db.iterator(IteratorMode::From(&record_key(start), Direction::Forward)) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Some(offset) = record_offset(&k) else { break };
+            if offset >= end || self.decode(offset, &v)?.timestamp >= cutoff {
+                break;
+            }
+            keep = offset + 1;
+        }
+        self.trim_before(keep)
+    }
+
+    /// A table's current row for `key`.
+    pub(crate) fn row(&self, key: &[u8]) -> Result<Option<Vec<u8>>, LogError> {
+        self.db.get(prefixed(ROW, key)).map_err(|e| self.err(e))
+    }
+
+    /// A table's current rows, by key.
+    pub(crate) fn rows(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, LogError> {
+        let mut out = Vec::new();
+        for item in self.db.prefix_iterator([ROW]) {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            let Some(key) = k.strip_prefix(&[ROW]) else { break };
+            out.push((key.to_vec(), v.to_vec()));
+        }
+        Ok(out)
+    }
+}
+
+fn prefixed(prefix: u8, rest: &[u8]) -> Vec<u8> {
+    let mut k = Vec::with_capacity(1 + rest.len());
+    k.push(prefix);
+    k.extend_from_slice(rest);
+    k
+}
+
+fn record_key(offset: u64) -> [u8; 9] {
+    let mut k = [RECORD; 9];
+    k[1..].copy_from_slice(&offset.to_be_bytes());
+    k
+}
+
+fn record_offset(k: &[u8]) -> Option<u64> {
+    match k {
+        [RECORD, rest @ ..] => Some(u64::from_be_bytes(rest.try_into().ok()?)),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

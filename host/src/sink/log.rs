@@ -1,0 +1,56 @@
+//! The dataset sink: a flow's rows appended to a dataset in the embedded log
+//! (`dataset/log.rs`). Each batch is one append tagged with its delivery, so a batch delivered
+//! again after a crash is skipped: exactly-once. A table dataset takes keyed rows only (the key
+//! its operator gave, or the field `sink.key`); a row without one fails the batch, naming it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::{Delivery, RowSink, Rows, SinkError};
+use crate::dataset::log::Log;
+
+pub(crate) struct LogSink {
+    log: Arc<Log>,
+    dataset: String,
+    table: bool,
+    /// `sink.key`: the row field whose value keys each row, instead of the row's own key.
+    key_field: Option<String>,
+}
+
+impl LogSink {
+    pub(crate) fn open(dataset: &str, dir: &Path, table: bool, key_field: Option<String>) -> Result<Self, SinkError> {
+        let log = Log::open(dir, table).map_err(SinkError::Log)?;
+        Ok(Self { log, dataset: dataset.to_string(), table, key_field })
+    }
+}
+
+impl RowSink for LogSink {
+    fn deliver(&mut self, delivery: &Delivery, rows: &Rows) -> Result<(), SinkError> {
+        let keyed: Vec<(Vec<u8>, &[u8])>;
+        let records: Vec<(&[u8], &[u8])> = match &self.key_field {
+            Some(field) => {
+                keyed = rows
+                    .iter()
+                    .map(|(key, row)| match row.is_empty() {
+                        true => Ok((key.to_vec(), row)),
+                        false => crate::operator::field_key(row, field).map(|k| (k, row)),
+                    })
+                    .collect::<Result<_, _>>()
+                    .map_err(|why| SinkError::Unkeyed { dataset: self.dataset.clone(), why })?;
+                keyed.iter().map(|(k, r)| (k.as_slice(), *r)).collect()
+            }
+            None => rows.iter().collect(),
+        };
+        if self.table
+            && let Some((_, row)) = records.iter().find(|(k, _)| k.is_empty())
+        {
+            let why = format!("a row without a key: {}", String::from_utf8_lossy(&row[..row.len().min(200)]));
+            return Err(SinkError::Unkeyed { dataset: self.dataset.clone(), why });
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        self.log.append(delivery.checkpoint, delivery.batch_id, now, records).map_err(SinkError::Log)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,82 @@
+//! The dataset source: a flow reading a dataset in the embedded log (`dataset/log.rs`). Its
+//! position is the next offset, so resuming is a seek and re-reading up to a recorded end reads
+//! the same records (the log only grows at its end). A bounded run reads up to the end the log
+//! had when the source opened; an unbounded one waits for appends.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{Limit, MAX_BATCH_BYTES, Position, SourceBatch};
+use crate::dataset::log::{Log, LogError};
+
+/// How long an unbounded read waits for an append before it returns an empty batch (so the
+/// trigger loop can see a stop request and idleness).
+const WAIT: Duration = Duration::from_millis(100);
+
+pub(crate) struct LogSource {
+    log: Arc<Log>,
+    /// The dataset's name, for dead letters.
+    name: String,
+    next: u64,
+    /// Where a bounded run stops: the end when the source opened.
+    end_at_open: u64,
+    pub(super) spare: Option<SourceBatch>,
+}
+
+impl LogSource {
+    pub(crate) fn open(name: &str, dir: &Path, table: bool, at: u64) -> Result<Self, LogError> {
+        let log = Log::open(dir, table)?;
+        let end_at_open = log.end();
+        Ok(Self { log, name: name.to_string(), next: at, end_at_open, spare: None })
+    }
+
+    pub(crate) fn position(&self) -> u64 {
+        self.next
+    }
+
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub(crate) fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, LogError> {
+        let end = if limit.bounded {
+            if self.next >= self.end_at_open {
+                return Ok(None);
+            }
+            self.end_at_open
+        } else {
+            self.log.wait_past(self.next, WAIT)
+        };
+        self.read(end, limit.records).map(Some)
+    }
+
+    /// Everything there is now, without waiting.
+    pub(crate) fn read_available(&mut self) -> Result<SourceBatch, LogError> {
+        self.read(self.log.end(), usize::MAX)
+    }
+
+    /// Exactly up to `end`, a batch's recorded end.
+    pub(crate) fn read_until(&mut self, end: u64) -> Result<SourceBatch, LogError> {
+        self.read(end, usize::MAX)
+    }
+
+    fn read(&mut self, end: u64, max: usize) -> Result<SourceBatch, LogError> {
+        let n = end.saturating_sub(self.next).min(max as u64) as usize;
+        let mut batch = SourceBatch::with_capacity(n.min(1 << 16), &mut self.spare);
+        // In chunks, so a batch's bytes stay under the cap without reading past it.
+        while self.next < end && batch.len() < max && batch.bytes() < MAX_BATCH_BYTES {
+            let want = (max - batch.len()).min(4_096);
+            let records = self.log.read(self.next, end, want)?;
+            if records.is_empty() {
+                break;
+            }
+            for r in records {
+                let position = Position { stream: 0, partition: 0, offset: r.offset as i64, line: 0 };
+                batch.push(&r.value, &r.key, r.timestamp, position, []);
+                self.next = r.offset + 1;
+            }
+        }
+        Ok(batch)
+    }
+}
