@@ -52,6 +52,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
             .map(|_| Box::new(Orders::new(config.key_by_user)) as Box<dyn ParseFns>)
             .collect(),
         transforms: Vec::new(),
+        expect: Vec::new(),
         operator: driver::chain(
             p,
             crate::aggregate::operator(

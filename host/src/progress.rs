@@ -54,6 +54,9 @@ pub(crate) struct BatchProgress {
     pub unmatched: usize,
     #[serde(rename = "numWindowsEmitted")]
     pub windows_emitted: usize,
+    /// Rows that violated each expectation (`expect`), by name.
+    #[serde(rename = "expectationViolations", skip_serializing_if = "BTreeMap::is_empty")]
+    pub expectations: BTreeMap<String, u64>,
     #[serde(rename = "numRowsOut")]
     pub rows_out: usize,
     /// Epoch ms; absent for pipelines without event time. The real watermark: the largest
@@ -94,6 +97,8 @@ pub(crate) struct Summary {
     pub unmatched: u64,
     pub windows_emitted: u64,
     pub rows_out: u64,
+    /// Violations of each expectation.
+    pub expectations: BTreeMap<String, u64>,
     pub elapsed_s: f64,
     pub rows_per_s: f64,
     pub final_watermark: Option<i64>,
@@ -123,9 +128,11 @@ impl Summary {
                 if m.fuel > 0 { format!(", {} fuel", m.fuel) } else { String::new() },
             ));
         }
+        let expectations: String =
+            self.expectations.iter().map(|(name, n)| format!("\n  expectation {name}: {n} violations")).collect();
         format!(
             "{} input rows in {:.2}s ({:.0} rows/s), {} batches; {} events, {} late,{}{} {} dead letters; \
-             {} windows emitted, {} rows out; final watermark {wm}{plugins}",
+             {} windows emitted, {} rows out; final watermark {wm}{expectations}{plugins}",
             self.input_rows,
             self.elapsed_s,
             self.rows_per_s,
@@ -187,6 +194,9 @@ impl Progress {
         t.unmatched += b.unmatched as u64;
         t.windows_emitted += b.windows_emitted as u64;
         t.rows_out += b.rows_out as u64;
+        for (name, n) in &b.expectations {
+            *t.expectations.entry(name.clone()).or_default() += n;
+        }
         let mut err = std::io::stderr().lock();
         if self.json {
             let line = ProgressLine {

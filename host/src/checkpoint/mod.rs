@@ -129,6 +129,9 @@ pub(crate) struct StateMeta {
     /// the greater of this and the real watermark; the real one stays in `watermark`.
     #[serde(default)]
     pub flushed_to: Option<i64>,
+    /// Violations of each expectation, counted since the checkpoint began.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub expectations: std::collections::BTreeMap<String, u64>,
 }
 
 pub(crate) struct CheckpointDir {

@@ -13,7 +13,8 @@ use crate::plugin::PluginError;
 pub(crate) enum Exit {
     /// It did what was asked.
     Done,
-    /// `weir test --expect`: the rows differ from the expected ones.
+    /// `weir test --expect`: the rows differ from the expected ones; `weir query TABLE KEY`:
+    /// the table has no row for the key.
     Mismatch,
     /// The command line, a pipeline file, a plugin it names or its configuration is wrong: fix
     /// the input and run again.
@@ -41,6 +42,7 @@ impl Exit {
     pub(crate) fn of(e: &anyhow::Error) -> Exit {
         let usage = e.chain().any(|cause| {
             cause.is::<PipelineError>()
+                || cause.is::<crate::project::ProjectError>()
                 || cause.is::<Usage>()
                 || cause.downcast_ref::<PluginError>().is_some_and(PluginError::is_config)
                 || cause.downcast_ref::<RunError>().is_some_and(RunError::is_config)

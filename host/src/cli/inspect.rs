@@ -48,6 +48,9 @@ pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
             }
             writeln!(out, "position   {}", offsets(&m.source))?;
             writeln!(out, "side files dead letters {} bytes, late {} bytes", m.dead_letters_len, m.late_len)?;
+            for (name, n) in &m.expectations {
+                writeln!(out, "expect     {name}: {n} violations")?;
+            }
         }
     }
     if let Some((keys, bytes)) = size {

@@ -9,6 +9,7 @@ mod exit;
 mod inspect;
 mod metrics;
 mod new;
+mod project;
 mod record;
 mod run;
 mod test;
@@ -36,10 +37,15 @@ struct Cli {
 enum Command {
     /// Run pipelines, each resuming from its checkpoint. Several files (or a directory of
     /// them) run side by side in one process, each with its own sandboxes, limits, checkpoint
-    /// and progress; one failing does not stop the others.
+    /// and progress; one failing does not stop the others. A project (a directory with a
+    /// weir.toml) runs its flows in dependency order.
     Run {
         #[arg(required = true)]
         pipelines: Vec<PathBuf>,
+        /// Project only: reset this dataset and every dataset downstream of it, with the
+        /// checkpoints of the flows on them, and recompute them from their sources.
+        #[arg(long, value_name = "DATASET")]
+        full_refresh: Vec<String>,
         /// Checkpoint directory (default: checkpoint.location, else .weir/NAME beside the file);
         /// only with a single pipeline.
         #[arg(long)]
@@ -142,6 +148,19 @@ enum Command {
         #[arg(long)]
         rows: Option<std::path::PathBuf>,
     },
+    /// Check a project without reading data: its files, its graph, every plugin loaded for
+    /// its stage's role; print the graph.
+    Validate { project: PathBuf },
+    /// Write a project's graph as Graphviz DOT (stdout, or --out FILE and beside it FILE.svg
+    /// when Graphviz is installed), with each dataset's rows after a run.
+    Graph {
+        project: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Print a project's table dataset, one row per line (or the row of KEY), beside a running
+    /// project.
+    Query { project: PathBuf, table: String, key: Option<String> },
     /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
     Inspect {
         checkpoint: PathBuf,
@@ -279,9 +298,32 @@ fn init_logging() {
 
 fn dispatch(command: Command) -> Result<Exit> {
     match command {
-        Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush } => {
-            run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush)
+        Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush, full_refresh } => {
+            match pipelines.as_slice() {
+                [one] if crate::project::Project::file_at(one).is_some() => {
+                    if checkpoint.is_some() || metrics_addr.is_some() {
+                        return Err(exit::Usage(
+                            "--checkpoint and --metrics-addr are for pipelines; a project keeps its flows' \
+                             checkpoints under its state directory"
+                                .into(),
+                        )
+                        .into());
+                    }
+                    project::run_project(one, &full_refresh, progress_json, flush)
+                }
+                _ if pipelines.iter().any(|p| crate::project::Project::file_at(p).is_some()) => Err(exit::Usage(
+                    "a project runs on its own: give `weir run` one project, or pipeline files".into(),
+                )
+                .into()),
+                _ if !full_refresh.is_empty() => {
+                    Err(exit::Usage("--full-refresh resets a project's datasets: give it a project".into()).into())
+                }
+                _ => run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush),
+            }
         }
+        Command::Validate { project } => project::validate(&project),
+        Command::Graph { project, out } => project::graph(&project, out.as_deref()),
+        Command::Query { project, table, key } => project::query(&project, &table, key.as_deref()),
         Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed, sink } => {
             let args = test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json, sink_dir: sink };
             match test::test(&args)? {

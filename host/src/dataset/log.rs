@@ -75,18 +75,17 @@ pub(crate) enum Appended {
     Again,
 }
 
-/// Where the log begins and ends, and a wake-up for readers waiting for more.
+/// Where the log begins and ends, and how many writers of this process may still append.
 struct Tail {
     start: u64,
     end: u64,
+    writers: usize,
 }
 
 pub(crate) struct Log {
     db: DB,
     path: PathBuf,
     table: bool,
-    /// Writes are synced. Off only to measure what that costs.
-    fsync: bool,
     tail: Mutex<Tail>,
     grew: Condvar,
 }
@@ -131,8 +130,7 @@ impl Log {
             db,
             path,
             table,
-            fsync: true,
-            tail: Mutex::new(Tail { start: 0, end: 0 }),
+            tail: Mutex::new(Tail { start: 0, end: 0, writers: 0 }),
             grew: Condvar::new(),
         };
         let start = log.counter(START)?;
@@ -140,7 +138,7 @@ impl Log {
         if start > end {
             return Err(log.corrupt(format!("starts at {start}, after its end {end}")));
         }
-        log.tail = Mutex::new(Tail { start, end });
+        log.tail = Mutex::new(Tail { start, end, writers: 0 });
         Ok(log)
     }
 
@@ -164,15 +162,6 @@ impl Log {
 
     fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
         self.tail.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Appends are no longer synced: a machine crash may lose them (benchmarks only).
-    pub(crate) fn set_fsync(&mut self, fsync: bool) {
-        self.fsync = fsync;
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     /// The next offset an append writes at: the number of records ever appended.
@@ -232,7 +221,7 @@ impl Log {
         wb.put(END, end.to_be_bytes());
         wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
         let mut opts = WriteOptions::default();
-        opts.set_sync(self.fsync);
+        opts.set_sync(true);
         self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
         tail.end = end;
         drop(tail);
@@ -281,15 +270,30 @@ impl Log {
         Ok(LogRecord { offset, timestamp, key, value })
     }
 
-    /// Waits up to `timeout` for the log to grow past `offset`; returns its end.
-    pub(crate) fn wait_past(&self, offset: u64, timeout: Duration) -> u64 {
+    /// Waits up to `timeout` for the log to grow past `offset`, or for its last writer to
+    /// finish; returns its end and whether every writer has finished.
+    pub(crate) fn wait_past(&self, offset: u64, timeout: Duration) -> (u64, bool) {
         let tail = self.tail();
-        if tail.end > offset {
-            return tail.end;
-        }
-        let (tail, _) =
-            self.grew.wait_timeout_while(tail, timeout, |t| t.end <= offset).unwrap_or_else(|p| p.into_inner());
-        tail.end
+        let (tail, _) = self
+            .grew
+            .wait_timeout_while(tail, timeout, |t| t.end <= offset && t.writers > 0)
+            .unwrap_or_else(|p| p.into_inner());
+        (tail.end, tail.writers == 0)
+    }
+
+    /// `n` more writers in this process will append (a project's flows that feed the dataset):
+    /// until each has called [`Log::writer_done`], a reader that runs to the end of its input
+    /// waits for more.
+    pub(crate) fn expect_writers(&self, n: usize) {
+        self.tail().writers += n;
+    }
+
+    /// A writer will append no more (its flow ended, however it ended).
+    pub(crate) fn writer_done(&self) {
+        let mut t = self.tail();
+        t.writers = t.writers.saturating_sub(1);
+        drop(t);
+        self.grew.notify_all();
     }
 
     /// Drops the records before `offset` (retention). Readers still behind it get
@@ -304,7 +308,7 @@ impl Log {
         wb.delete_range(record_key(tail.start), record_key(offset));
         wb.put(START, offset.to_be_bytes());
         let mut opts = WriteOptions::default();
-        opts.set_sync(self.fsync);
+        opts.set_sync(true);
         self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
         tail.start = offset;
         drop(tail);

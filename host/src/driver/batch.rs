@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::{Run, RunError, ms};
 use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
 use crate::columns;
+use crate::expect::OnViolation;
 use crate::ingest::{Ahead, Ask, Ingest, Ingested, Parsed};
 use crate::isolate::{isolate, joined, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
@@ -223,6 +224,7 @@ impl Run {
             },
             state_version: self.state_version,
             flushed_to: self.flushed_to,
+            expectations: self.violations.clone(),
         };
         let bytes = serde_json::to_vec(&meta).map_err(|e| {
             CheckpointError::file(self.checkpoint.state_dir(), format!("cannot encode the batch record: {e}"))
@@ -282,6 +284,7 @@ impl Run {
             }
             events = next;
         }
+        self.expectations(batch_id, batch, &mut events, &mut report)?;
         d.transform_ms = ms(t);
         report.events = events.times.len();
 
@@ -361,6 +364,76 @@ impl Run {
         report.durations = d;
         Ok((rows, report))
     }
+}
+
+impl Run {
+    /// Checks each expectation in turn on the events that reach it: counts its violations,
+    /// and drops them to the dead letters (`drop`), keeps them (`warn`) or stops the flow at
+    /// the first (`fail`). A pure function of the events, so a re-run batch counts and drops the
+    /// same rows.
+    fn expectations(
+        &mut self,
+        batch_id: u64,
+        batch: &SourceBatch,
+        events: &mut EventBatch,
+        report: &mut BatchProgress,
+    ) -> Result<(), RunError> {
+        for e in &mut self.expect {
+            if events.times.is_empty() {
+                break;
+            }
+            let bad = e.violations(events)?;
+            *report.expectations.entry(e.name.clone()).or_default() += bad.len() as u64;
+            *self.violations.entry(e.name.clone()).or_default() += bad.len() as u64;
+            match (e.on, bad.first()) {
+                (_, None) | (OnViolation::Warn, _) => {}
+                (OnViolation::Fail, Some(&i)) => {
+                    let row = columns::items(&events.rows, &events.row_ends).nth(i as usize).unwrap_or_default();
+                    let p = batch.positions[events.origins[i as usize] as usize];
+                    let position = match p.line {
+                        0 => format!("partition {} offset {}", p.partition, p.offset),
+                        line => format!("line {line}"),
+                    };
+                    return Err(RunError::Expectation {
+                        name: e.name.clone(),
+                        rule: e.shown.clone(),
+                        position,
+                        row: String::from_utf8_lossy(&row[..row.len().min(500)]).into_owned(),
+                    });
+                }
+                (OnViolation::Drop, Some(_)) => {
+                    let message = format!("violates expectation {} ({})", e.name, e.shown);
+                    let failures = bad.iter().map(|&i| Failure { index: i as usize, kind: "expectation", message: message.clone() });
+                    let stage = format!("expect.{}", e.name);
+                    report.dead_letters +=
+                        self.dead.write(batch_id, &stage, batch, failures, Some(events.origins.as_slice()))?;
+                    *events = without(events, &bad);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `events` without the events at `drop` (ascending indices).
+fn without(events: &EventBatch, drop: &[u32]) -> EventBatch {
+    let mut out = EventBatch::default();
+    let mut next = drop.iter().peekable();
+    let rows = columns::items(&events.rows, &events.row_ends);
+    let keys = columns::items(&events.keys, &events.key_ends);
+    for (i, (row, key)) in rows.zip(keys).enumerate() {
+        if next.peek() == Some(&&(i as u32)) {
+            next.next();
+            continue;
+        }
+        out.times.push(events.times[i]);
+        out.origins.push(events.origins[i]);
+        // The columns only shrink: what fit before fits now.
+        let pushed = columns::push(&mut out.rows, &mut out.row_ends, row)
+            .and_then(|()| columns::push(&mut out.keys, &mut out.key_ends, key));
+        debug_assert!(pushed.is_ok());
+    }
+    out
 }
 
 /// Transforms `events` in calls that stay below half the plugin's output cap, joined in order.

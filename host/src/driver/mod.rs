@@ -60,6 +60,10 @@ pub(crate) enum RunError {
     SideOutput(#[from] SideOutputError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(
+        "expectation {name} ({rule}) failed, and on_violation = \"fail\" stops the flow: {position} holds the row {row}"
+    )]
+    Expectation { name: String, rule: String, position: String, row: String },
 }
 
 impl From<IngestError> for RunError {
@@ -88,7 +92,9 @@ impl RunError {
     pub(crate) fn is_config(&self) -> bool {
         match self {
             RunError::Plugin(e) => e.is_config(),
-            RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. }) => true,
+            RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. } | SourceError::NoProject(_)) => {
+                true
+            }
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
             RunError::Checkpoint(CheckpointError::Foreign { .. }) => true,
@@ -132,6 +138,9 @@ struct Run {
     failure: FailurePolicy,
     stop: Arc<AtomicBool>,
     transforms: Vec<Box<dyn TransformFns>>,
+    expect: Vec<crate::expect::ExpectStage>,
+    /// Violations of each expectation since the checkpoint began, committed with each batch.
+    violations: BTreeMap<String, u64>,
     operator: Box<dyn Operator>,
     /// The operator plugin's state version, recorded with every commit.
     state_version: Option<u32>,

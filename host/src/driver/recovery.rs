@@ -61,7 +61,7 @@ pub(super) fn start(
         (checkpoint, state) = (checkpoint.without_fsync(), state.without_fsync());
     }
     let recovered = recover(&checkpoint, &state)?;
-    let Stages { parsers, transforms, mut operator, sink, runtime } = stages;
+    let Stages { parsers, transforms, expect, mut operator, sink, runtime } = stages;
     let state_version = open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name)?;
     let restored = recovered.meta.as_ref();
 
@@ -96,6 +96,8 @@ pub(super) fn start(
         failure: pipeline.failure,
         stop: opts.stop.clone(),
         transforms,
+        expect,
+        violations: restored.map(|m| m.expectations.clone()).unwrap_or_default(),
         operator,
         state_version,
         time: watermark,

@@ -15,7 +15,8 @@ use crate::operator::interval_join::IntervalJoin;
 use crate::operator::passthrough::PassThrough;
 use crate::operator::processor::KeyedProcess;
 use crate::operator::table_join::TableJoin;
-use crate::pipeline::{Join, Keyed, Pipeline, SinkConfig, Trigger};
+use crate::expect::ExpectStage;
+use crate::pipeline::{ExpectCheck, Join, Keyed, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
 use crate::sink::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
 use crate::source::SourceError;
@@ -34,6 +35,8 @@ pub(crate) struct Stages {
     /// One per `parse.parallelism`.
     pub parsers: Vec<Box<dyn ParseFns>>,
     pub transforms: Vec<Box<dyn TransformFns>>,
+    /// The pipeline's `expect`, in order.
+    pub expect: Vec<ExpectStage>,
     pub operator: Box<dyn Operator>,
     pub sink: Box<dyn RowSink>,
     /// The Wasm runtime the plugins run on, for their metrics and the fair share between
@@ -57,6 +60,21 @@ impl Stages {
             .transforms
             .iter()
             .map(|t| Ok(Box::new(Transformer::new(runtime, t.clone())?) as Box<dyn TransformFns>))
+            .collect::<Result<_, PluginError>>()?;
+        let expect = p
+            .expect
+            .iter()
+            .map(|e| {
+                Ok(match &e.check {
+                    ExpectCheck::Rule(r) => ExpectStage::rule(e.name.clone(), e.on_violation, r.clone()),
+                    ExpectCheck::Plugin(spec) => ExpectStage::plugin(
+                        e.name.clone(),
+                        e.on_violation,
+                        spec.name.clone(),
+                        Box::new(Transformer::new(runtime, spec.clone())?),
+                    ),
+                })
+            })
             .collect::<Result<_, PluginError>>()?;
         let policy = Policy { failure: p.failure, stop: stop.clone() };
         let keyed: Box<dyn Operator> = match &p.stateful {
@@ -84,7 +102,7 @@ impl Stages {
         };
         let operator = chain(p, keyed, stop);
         let sink = sink(p, output, Some(runtime), stop)?;
-        Ok(Self { parsers, transforms, operator, sink, runtime: Some(runtime.clone()) })
+        Ok(Self { parsers, transforms, expect, operator, sink, runtime: Some(runtime.clone()) })
     }
 }
 
@@ -120,7 +138,7 @@ pub(crate) fn sink(
             Box::new(KafkaSink::open(k, continuous, stop.clone()).map_err(SinkError::Kafka)?)
         }
         (Output::Pipeline, Some(SinkConfig::Dataset { dataset, key })) => match &dataset.log {
-            Some(dir) => Box::new(LogSink::open(&dataset.name, dir, dataset.table, key.clone())?),
+            Some(dir) => Box::new(LogSink::open(dataset, dir, key.clone())?),
             None => return Err(SourceError::NoProject(dataset.name.clone()).into()),
         },
         (Output::Pipeline, None) => Box::new(LineSink(std::io::stdout())),

@@ -35,6 +35,9 @@ pub(super) struct PipelineFile {
     pub(super) parse: StageFile,
     #[serde(default)]
     pub(super) transform: Vec<StageFile>,
+    /// Data-quality expectations on the rows after the transforms.
+    #[serde(default)]
+    pub(super) expect: Vec<ExpectFile>,
     pub(super) watermark: Option<WatermarkFile>,
     pub(super) dedup: Option<DedupFile>,
     pub(super) join: Option<JoinFile>,
@@ -51,6 +54,23 @@ pub(super) struct PipelineFile {
     pub(super) dead_letter: Option<DeadLetterFile>,
     #[serde(default)]
     pub(super) failure: FailureFile,
+}
+
+/// One expectation: a built-in `rule`, or a transform `plugin` whose dropped rows violate it.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExpectFile {
+    pub(super) name: String,
+    pub(super) rule: Option<String>,
+    pub(super) plugin: Option<PathBuf>,
+    #[serde(default)]
+    pub(super) config: toml::Table,
+    #[serde(default)]
+    pub(super) grants: GrantsFile,
+    #[serde(default)]
+    pub(super) limits: LimitsFile,
+    #[serde(default)]
+    pub(super) on_violation: crate::expect::OnViolation,
 }
 
 #[derive(Debug, Default, Deserialize)]

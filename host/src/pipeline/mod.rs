@@ -14,6 +14,7 @@ mod file;
 mod validate;
 
 pub(crate) use file::Dur;
+pub(crate) use validate::{dataset_name, deserialize, kafka_options};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -145,11 +146,16 @@ pub(crate) struct DatasetRef {
     /// The embedded log's directory; `None` outside a project.
     pub log: Option<PathBuf>,
     pub table: bool,
+    /// The project's input is bounded: reading ends once the dataset's writers are done and
+    /// everything they wrote is read.
+    pub bounded: bool,
+    /// Written to: records older than this are dropped (the dataset's retention).
+    pub retention: Option<Duration>,
 }
 
 impl DatasetRef {
     fn named(name: String) -> Self {
-        Self { name, log: None, table: false }
+        Self { name, log: None, table: false, bounded: false, retention: None }
     }
 }
 
@@ -383,6 +389,21 @@ pub(crate) enum TtlClock {
     EventTime,
 }
 
+/// One `expect` entry (`expect.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct Expectation {
+    pub name: String,
+    pub check: ExpectCheck,
+    pub on_violation: crate::expect::OnViolation,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum ExpectCheck {
+    Rule(crate::expect::Rule),
+    /// A transform plugin: the rows it does not return violate.
+    Plugin(StageSpec),
+}
+
 /// A validated pipeline.
 #[derive(Debug, Clone)]
 pub(crate) struct Pipeline {
@@ -394,6 +415,8 @@ pub(crate) struct Pipeline {
     /// loop (the events are the same as with one).
     pub parse_parallelism: usize,
     pub transforms: Vec<StageSpec>,
+    /// `expect`: checked in order after the transforms.
+    pub expect: Vec<Expectation>,
     /// `[join]`, between `[dedup]` and the window or processor.
     pub join: Option<Join>,
     pub stateful: Option<Stateful>,
@@ -420,9 +443,14 @@ impl Pipeline {
             Some(Join::Interval(j)) => Some(&j.parse),
             _ => None,
         };
+        let expect = self.expect.iter().filter_map(|e| match &e.check {
+            ExpectCheck::Plugin(s) => Some(s),
+            ExpectCheck::Rule(_) => None,
+        });
         std::iter::once(&self.parse)
             .chain(stream)
             .chain(&self.transforms)
+            .chain(expect)
             .chain(self.stateful.as_ref().and_then(|s| s.keyed.plugin()))
             .chain(sink)
     }
@@ -436,6 +464,7 @@ impl Pipeline {
     pub(crate) fn bounded(&self) -> bool {
         matches!(self.trigger, Trigger::Once | Trigger::AvailableNow)
             || matches!(self.source.kind, SourceKind::Replay { .. })
+            || matches!(&self.source.kind, SourceKind::Dataset(d) if d.bounded)
     }
 
     /// Reads and validates a pipeline file. Relative paths in it resolve against its directory,

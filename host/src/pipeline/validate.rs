@@ -20,6 +20,13 @@ pub(super) fn pipeline(text: &str, path: &Path) -> Result<Pipeline, PipelineErro
         key: key.to_string(),
         message,
     };
+    let file: PipelineFile = deserialize(text, path)?;
+    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    build(file, &base, &invalid)
+}
+
+/// TOML text as `T`, or the error naming the key that is wrong (and its line and column).
+pub(crate) fn deserialize<T: serde::de::DeserializeOwned>(text: &str, path: &Path) -> Result<T, PipelineError> {
     let at = |e: &toml::de::Error| e.span().map(|s| line_col(text, s.start));
     let de = toml::Deserializer::parse(text).map_err(|e| PipelineError::Invalid {
         path: path.to_path_buf(),
@@ -27,7 +34,7 @@ pub(super) fn pipeline(text: &str, path: &Path) -> Result<Pipeline, PipelineErro
         key: "(syntax)".into(),
         message: e.message().to_string(),
     })?;
-    let file: PipelineFile = serde_path_to_error::deserialize(de).map_err(|e| {
+    serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
         let key = if key == "." { "(top level)".to_string() } else { key };
         PipelineError::Invalid {
@@ -36,9 +43,7 @@ pub(super) fn pipeline(text: &str, path: &Path) -> Result<Pipeline, PipelineErro
             key,
             message: e.inner().message().to_string(),
         }
-    })?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    build(file, &base, &invalid)
+    })
 }
 
 /// The 1-based line and column of byte `offset` in `text`.
@@ -226,6 +231,7 @@ fn build(
         .enumerate()
         .map(|(i, t)| stage(&format!("transform[{i}]"), t))
         .collect::<Result<Vec<_>, _>>()?;
+    let expect = expectations(f.expect, &stage, invalid)?;
 
     let tombstones = f.output.tombstones.unwrap_or(false);
     if tombstones && f.sink.as_ref().is_some_and(|s| s.kind == SinkKindFile::Wasm) {
@@ -442,6 +448,7 @@ fn build(
         parse,
         parse_parallelism,
         transforms,
+        expect,
         join,
         stateful,
         sink,
@@ -613,7 +620,7 @@ fn sink_config(
 
 /// `kafka.*` keys, flattened back to librdkafka's dotted names (`kafka.bootstrap.servers`
 /// parses as nested tables). `bootstrap.servers` is required.
-fn kafka_options(
+pub(crate) fn kafka_options(
     key: &str,
     table: toml::Table,
     invalid: &dyn Fn(&str, String) -> PipelineError,
@@ -758,4 +765,52 @@ pub(crate) fn dataset_name(
             format!("`{name}`: a dataset's name is 1 to {MAX_DATASET_NAME} letters, digits, `_` or `-`, e.g. \"silver\""),
         ))
     }
+}
+
+/// `expect`: each a name (unique, like a field name) and exactly one of `rule` and `plugin`.
+fn expectations(
+    list: Vec<super::file::ExpectFile>,
+    stage: &dyn Fn(&str, StageFile) -> Result<StageSpec, PipelineError>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Vec<Expectation>, PipelineError> {
+    use crate::expect::{MAX_EXPECTATIONS, Rule};
+    if list.len() > MAX_EXPECTATIONS {
+        return Err(invalid("expect", format!("{} expectations; a flow has at most {MAX_EXPECTATIONS}", list.len())));
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut out = Vec::with_capacity(list.len());
+    for (i, e) in list.into_iter().enumerate() {
+        let key = |k: &str| format!("expect[{i}].{k}");
+        let ok = !e.name.is_empty()
+            && e.name.len() <= MAX_DATASET_NAME
+            && e.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(invalid(&key("name"), format!("`{}`: letters, digits, `_` or `-`, e.g. \"valid_amount\"", e.name)));
+        }
+        if !names.insert(e.name.clone()) {
+            return Err(invalid(&key("name"), format!("`{}` is the name of an earlier expectation; names must differ", e.name)));
+        }
+        let check = match (e.rule, e.plugin) {
+            (Some(rule), None) => {
+                if !e.config.is_empty() || granted(&e.grants) || e.limits != LimitsFile::default() {
+                    return Err(invalid(&key("rule"), "a rule has no config, grants or limits (a plugin does); remove them".into()));
+                }
+                ExpectCheck::Rule(Rule::parse(&rule).map_err(|m| invalid(&key("rule"), m))?)
+            }
+            (None, Some(plugin)) => {
+                let file = StageFile { plugin, parallelism: None, config: e.config, grants: e.grants, limits: e.limits };
+                ExpectCheck::Plugin(stage(&format!("expect[{i}]"), file)?)
+            }
+            _ => {
+                return Err(invalid(
+                    &key("rule"),
+                    "give exactly one of rule = \"amount > 0\" (built in) and plugin = \"check.wasm\" (a transform \
+                     whose dropped rows violate it)"
+                        .into(),
+                ));
+            }
+        };
+        out.push(Expectation { name: e.name, check, on_violation: e.on_violation });
+    }
+    Ok(out)
 }

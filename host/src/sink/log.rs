@@ -5,22 +5,25 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{Delivery, RowSink, Rows, SinkError};
 use crate::dataset::log::Log;
+use crate::pipeline::DatasetRef;
 
 pub(crate) struct LogSink {
     log: Arc<Log>,
     dataset: String,
     table: bool,
+    retention: Option<Duration>,
     /// `sink.key`: the row field whose value keys each row, instead of the row's own key.
     key_field: Option<String>,
 }
 
 impl LogSink {
-    pub(crate) fn open(dataset: &str, dir: &Path, table: bool, key_field: Option<String>) -> Result<Self, SinkError> {
-        let log = Log::open(dir, table).map_err(SinkError::Log)?;
-        Ok(Self { log, dataset: dataset.to_string(), table, key_field })
+    pub(crate) fn open(d: &DatasetRef, dir: &Path, key_field: Option<String>) -> Result<Self, SinkError> {
+        let log = Log::open(dir, d.table).map_err(SinkError::Log)?;
+        Ok(Self { log, dataset: d.name.clone(), table: d.table, retention: d.retention, key_field })
     }
 }
 
@@ -51,6 +54,9 @@ impl RowSink for LogSink {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as i64);
         self.log.append(delivery.checkpoint, delivery.batch_id, now, records).map_err(SinkError::Log)?;
+        if let Some(r) = self.retention {
+            self.log.retain_since(now.saturating_sub(r.as_millis() as i64)).map_err(SinkError::Log)?;
+        }
         Ok(())
     }
 }

@@ -1,7 +1,9 @@
 //! The dataset source: a flow reading a dataset in the embedded log (`dataset/log.rs`). Its
 //! position is the next offset, so resuming is a seek and re-reading up to a recorded end reads
-//! the same records (the log only grows at its end). A bounded run reads up to the end the log
-//! had when the source opened; an unbounded one waits for appends.
+//! the same records (the log only grows at its end). In a bounded project the source reads until
+//! every flow that writes the dataset has finished and it has read all they wrote; a bounded
+//! trigger (`once`, `available-now`) elsewhere reads up to the end the log had when the source
+//! opened; otherwise it waits for appends.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -9,6 +11,7 @@ use std::time::Duration;
 
 use super::{Limit, MAX_BATCH_BYTES, Position, SourceBatch};
 use crate::dataset::log::{Log, LogError};
+use crate::pipeline::DatasetRef;
 
 /// How long an unbounded read waits for an append before it returns an empty batch (so the
 /// trigger loop can see a stop request and idleness).
@@ -19,16 +22,18 @@ pub(crate) struct LogSource {
     /// The dataset's name, for dead letters.
     name: String,
     next: u64,
-    /// Where a bounded run stops: the end when the source opened.
+    /// Where a bounded trigger stops: the end when the source opened.
     end_at_open: u64,
+    /// Read until the dataset's writers are done (a bounded project).
+    until_closed: bool,
     pub(super) spare: Option<SourceBatch>,
 }
 
 impl LogSource {
-    pub(crate) fn open(name: &str, dir: &Path, table: bool, at: u64) -> Result<Self, LogError> {
-        let log = Log::open(dir, table)?;
+    pub(crate) fn open(d: &DatasetRef, dir: &Path, at: u64) -> Result<Self, LogError> {
+        let log = Log::open(dir, d.table)?;
         let end_at_open = log.end();
-        Ok(Self { log, name: name.to_string(), next: at, end_at_open, spare: None })
+        Ok(Self { log, name: d.name.clone(), next: at, end_at_open, until_closed: d.bounded, spare: None })
     }
 
     pub(crate) fn position(&self) -> u64 {
@@ -40,13 +45,18 @@ impl LogSource {
     }
 
     pub(crate) fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, LogError> {
-        let end = if limit.bounded {
+        let end = if self.until_closed {
+            match self.log.wait_past(self.next, WAIT) {
+                (end, true) if end <= self.next => return Ok(None),
+                (end, _) => end,
+            }
+        } else if limit.bounded {
             if self.next >= self.end_at_open {
                 return Ok(None);
             }
             self.end_at_open
         } else {
-            self.log.wait_past(self.next, WAIT)
+            self.log.wait_past(self.next, WAIT).0
         };
         self.read(end, limit.records).map(Some)
     }

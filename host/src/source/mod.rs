@@ -226,7 +226,7 @@ impl Source {
                     Some(Offsets::Log { next }) => *next,
                     Some(found) => return Err(SourceError::WrongOffsets { expected: "dataset", found: found.kind() }),
                 };
-                Ok(Source::Log(Box::new(log::LogSource::open(&d.name, dir, d.table, next)?)))
+                Ok(Source::Log(Box::new(log::LogSource::open(d, dir, next)?)))
             }
             (kind, Some(found)) => Err(SourceError::WrongOffsets { expected: kind.name(), found: found.kind() }),
         }

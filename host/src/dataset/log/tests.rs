@@ -166,14 +166,22 @@ fn a_reader_in_another_process_sees_what_was_appended_before_it_opened() {
 fn a_waiting_reader_wakes_when_a_writer_appends() {
     let dir = tempfile::tempdir().expect("tempdir");
     let log = Log::open(dir.path(), false).expect("open");
+    log.expect_writers(1);
     let writer = {
         let log = log.clone();
         std::thread::spawn(move || append(&log, "w", 0, &rows(0..4)))
     };
     // Woken by the append (the timeout only bounds a broken wake-up).
-    let end = log.wait_past(0, Duration::from_secs(60));
-    assert_eq!(end, 4);
+    let (end, closed) = log.wait_past(0, Duration::from_secs(60));
+    assert_eq!((end, closed), (4, false));
     writer.join().expect("writer");
+    // And when its last writer finishes, with nothing more.
+    let done = {
+        let log = log.clone();
+        std::thread::spawn(move || log.writer_done())
+    };
+    assert_eq!(log.wait_past(4, Duration::from_secs(60)), (4, true));
+    done.join().expect("writer done");
 }
 
 proptest::proptest! {

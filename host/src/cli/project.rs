@@ -1,0 +1,207 @@
+//! The commands on a pipeline project (docs/projects.md): `weir run PROJECT` (with
+//! `--full-refresh`), `weir validate`, `weir graph` and `weir query`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+use super::exit::{Exit, Usage};
+use crate::dataset::DatasetKind;
+use crate::dataset::log::Log;
+use crate::driver::{Flush, Output, Stages};
+use crate::pipeline::SinkConfig;
+use crate::plugin::Sink;
+use crate::project::graph::{self, Counts};
+use crate::project::{Project, Storage, refresh, run};
+
+/// The project at `path` (a directory with a `weir.toml`, or the file).
+pub(super) fn load(path: &Path) -> Result<Project> {
+    let file = Project::file_at(path).ok_or_else(|| {
+        Usage(format!("{}: not a project (a directory with {}, or the file)", path.display(), crate::project::PROJECT_FILE))
+    })?;
+    Ok(Project::load(&file)?)
+}
+
+/// `weir run PROJECT`: finishes an interrupted refresh, carries out `--full-refresh`, then runs
+/// every flow.
+pub(super) fn run_project(path: &Path, full_refresh: &[String], progress_json: bool, flush: bool) -> Result<Exit> {
+    let p = load(path)?;
+    if let Some(reset) = refresh::resume(&p.state)? {
+        eprintln!("[{}] finished an interrupted full refresh of {}", p.name, reset.join(", "));
+    }
+    for d in full_refresh {
+        let reset = refresh::full_refresh(&p, d).map_err(|e| match e {
+            refresh::RefreshError::Unknown(..) | refresh::RefreshError::Kafka { .. } => {
+                anyhow::Error::from(Usage(e.to_string()))
+            }
+            e => e.into(),
+        })?;
+        eprintln!("[{}] full refresh: reset {} and the checkpoints of the flows on them", p.name, reset.join(", "));
+    }
+    let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
+    let stop = super::run::stop_on_signals()?;
+    let opts = run::FlowOptions {
+        progress_json,
+        human_every: Some(Duration::from_secs(2)),
+        stop,
+        fsync: true,
+        flush: if flush { Flush::Always } else { Flush::AsConfigured { default: false } },
+    };
+    let outcomes = run::run(&p, &runtime, opts)?;
+    let mut exit = Exit::Done;
+    for (name, outcome) in outcomes {
+        let e = match outcome {
+            Ok(summary) => {
+                eprintln!("[{name}] {}", summary.render());
+                if summary.interrupted { Exit::Interrupted } else { Exit::Done }
+            }
+            Err(e) => {
+                let e = anyhow::Error::from(e).context(format!("flow {name}"));
+                eprintln!("error: {e:#}");
+                Exit::of(&e)
+            }
+        };
+        let rank = |e: Exit| [Exit::Done, Exit::Interrupted, Exit::Usage, Exit::Failed].iter().position(|&x| x == e);
+        if rank(e) > rank(exit) {
+            exit = e;
+        }
+    }
+    Ok(exit)
+}
+
+/// `weir validate PROJECT`: every file, the graph, and every plugin loaded for the role its
+/// stage plays (which checks its WIT version, configuration, grants and limits), without
+/// reading data; prints the graph.
+pub(super) fn validate(path: &Path) -> Result<Exit> {
+    let p = load(path)?;
+    let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
+    let stop = Arc::new(AtomicBool::new(false));
+    for fl in &p.flows {
+        let checked = Stages::wasm(&fl.pipeline, &runtime, Output::Lines(Box::new(std::io::sink())), &stop)
+            .map(drop)
+            .and_then(|()| match &fl.pipeline.sink {
+                Some(SinkConfig::Wasm(spec)) => Sink::new(&runtime, spec.clone()).map(drop).map_err(Into::into),
+                _ => Ok(()),
+            });
+        checked.with_context(|| format!("flow {} ({})", fl.name(), fl.file.display()))?;
+    }
+    print!("{}", describe(&p));
+    println!("ok: {} flows, {} datasets", p.flows.len(), p.datasets.len());
+    Ok(Exit::Done)
+}
+
+/// The graph as text, a line per flow in dependency order.
+fn describe(p: &Project) -> String {
+    let mut s = format!("project {}\n", p.name);
+    for fl in &p.flows {
+        let from = match fl.reads.first() {
+            Some(r) => format!("dataset {r}"),
+            None => fl.pipeline.source.kind.name().to_string(),
+        };
+        let to = match (&fl.writes, &fl.pipeline.sink) {
+            (Some(w), _) => format!("dataset {w}"),
+            (None, Some(SinkConfig::Wasm(s))) => format!("sink {}", s.name),
+            (None, Some(SinkConfig::Kafka(k))) => format!("kafka {}", k.topic),
+            (None, _) => "console".into(),
+        };
+        s.push_str(&format!("  {}: {from} → [{}] → {to}\n", fl.name(), graph::plugins(fl).join(", ")));
+    }
+    for d in p.datasets.values() {
+        let storage = match &d.storage {
+            Storage::Embedded { .. } => "embedded".to_string(),
+            Storage::Kafka { topic, .. } => format!("kafka topic {topic}"),
+        };
+        s.push_str(&format!("  dataset {} ({}, {storage})\n", d.name, d.kind.name()));
+    }
+    s
+}
+
+/// Each embedded dataset's row count (and a table's keys), for a project that has run.
+fn counts(p: &Project) -> BTreeMap<String, Counts> {
+    let mut out = BTreeMap::new();
+    for d in p.datasets.values() {
+        let Storage::Embedded { dir } = &d.storage else { continue };
+        if !dir.exists() {
+            continue;
+        }
+        if let Ok(log) = Log::open_read_only(dir) {
+            let keys = (d.kind == DatasetKind::Table).then(|| log.rows().map_or(0, |r| r.len() as u64));
+            out.insert(d.name.clone(), Counts { rows: log.end() - log.start(), keys });
+        }
+    }
+    out
+}
+
+/// `weir graph PROJECT`: DOT on stdout, or in `out` (and beside it as SVG when Graphviz's
+/// `dot` is on the PATH).
+pub(super) fn graph(path: &Path, out: Option<&Path>) -> Result<Exit> {
+    let p = load(path)?;
+    let dot = graph::dot(&p, &counts(&p));
+    let Some(out) = out else {
+        print!("{dot}");
+        return Ok(Exit::Done);
+    };
+    std::fs::write(out, &dot).with_context(|| format!("cannot write {}", out.display()))?;
+    eprintln!("wrote {}", out.display());
+    let svg = out.with_extension("svg");
+    match std::process::Command::new("dot").arg("-Tsvg").arg("-o").arg(&svg).arg(out).status() {
+        Ok(s) if s.success() => eprintln!("wrote {}", svg.display()),
+        Ok(s) => bail!("Graphviz's dot failed ({s}) on {}", out.display()),
+        Err(_) => eprintln!("no SVG: Graphviz's `dot` is not on the PATH (apt install graphviz)"),
+    }
+    Ok(Exit::Done)
+}
+
+/// `weir query PROJECT TABLE [KEY]`: a table's current rows, one JSON line each, read from its
+/// state beside a running project. Exit 1 when `KEY` has no row.
+pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit> {
+    let p = load(path)?;
+    let d = p.datasets.get(table).ok_or_else(|| {
+        let tables: Vec<&str> =
+            p.datasets.values().filter(|d| d.kind == DatasetKind::Table).map(|d| d.name.as_str()).collect();
+        Usage(format!("the project has no dataset `{table}` (its tables: {})", tables.join(", ")))
+    })?;
+    if d.kind != DatasetKind::Table {
+        return Err(Usage(format!("dataset `{table}` is a stream; weir query reads tables (kind = \"table\")")).into());
+    }
+    let dir: PathBuf = match &d.storage {
+        Storage::Embedded { dir } => dir.clone(),
+        Storage::Kafka { topic, .. } => {
+            return Err(Usage(format!(
+                "table `{table}` is stored in Kafka topic {topic}; weir query reads embedded tables (read the \
+                 compacted topic with a consumer)"
+            ))
+            .into());
+        }
+    };
+    if !dir.exists() {
+        bail!("table `{table}` has no rows yet: the project has not written it ({} does not exist)", dir.display());
+    }
+    let log = Log::open_read_only(&dir)?;
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    match key {
+        Some(k) => match log.row(k.as_bytes())? {
+            Some(row) => {
+                w.write_all(&row)?;
+                w.write_all(b"\n")?;
+            }
+            None => {
+                eprintln!("table `{table}` has no row for key {k:?}");
+                return Ok(Exit::Mismatch);
+            }
+        },
+        None => {
+            for (_, row) in log.rows()? {
+                w.write_all(&row)?;
+                w.write_all(b"\n")?;
+            }
+        }
+    }
+    w.flush()?;
+    Ok(Exit::Done)
+}

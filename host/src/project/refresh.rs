@@ -1,0 +1,143 @@
+//! Full refresh: a dataset, every dataset downstream of it, and the checkpoints of the flows
+//! that write or read them are reset, so the next run recomputes them from their sources.
+//!
+//! It is atomic by intent: the plan (which directories go) is written to `refresh.json` in the
+//! state directory, synced and renamed into place before anything is deleted, and removed after
+//! the last deletion. A crash before the rename leaves the old state; after it, every start of
+//! the project finishes the plan before any flow runs ([`resume`]), so a refresh that was begun
+//! always completes and never half-applies.
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::{Project, Storage};
+
+/// The plan's file, in the state directory.
+const PLAN: &str = "refresh.json";
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RefreshError {
+    #[error("--full-refresh {0}: the project has no such dataset (it has: {1})")]
+    Unknown(String, String),
+    #[error(
+        "--full-refresh {dataset}: it (or {downstream}, downstream of it) is stored in Kafka topic {topic}, which \
+         Weir does not delete; delete and recreate the topic, then refresh again"
+    )]
+    Kafka { dataset: String, downstream: String, topic: String },
+    #[error("cannot reset {}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{}: not a refresh plan Weir wrote ({source}); finish it by hand (delete what it lists) or remove it", path.display())]
+    Plan { path: PathBuf, source: serde_json::Error },
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Plan {
+    /// The datasets reset (for the report), and every directory to delete.
+    datasets: Vec<String>,
+    remove: Vec<PathBuf>,
+}
+
+/// `dataset` and every dataset downstream of it.
+pub(crate) fn downstream(p: &Project, dataset: &str) -> BTreeSet<String> {
+    let mut set = BTreeSet::from([dataset.to_string()]);
+    // Flows are in dependency order: one pass reaches everything downstream.
+    for fl in &p.flows {
+        if fl.reads.iter().any(|r| set.contains(r))
+            && let Some(w) = &fl.writes
+        {
+            set.insert(w.clone());
+        }
+    }
+    set
+}
+
+/// Plans the refresh of `dataset` and carries it out; returns the datasets reset.
+pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, RefreshError> {
+    if !p.datasets.contains_key(dataset) {
+        let names = p.datasets.keys().cloned().collect::<Vec<_>>().join(", ");
+        return Err(RefreshError::Unknown(dataset.to_string(), names));
+    }
+    let datasets = downstream(p, dataset);
+    let mut remove = Vec::new();
+    for name in &datasets {
+        match p.datasets.get(name).map(|d| &d.storage) {
+            Some(Storage::Embedded { dir }) => remove.push(dir.clone()),
+            Some(Storage::Kafka { topic, .. }) => {
+                return Err(RefreshError::Kafka {
+                    dataset: dataset.to_string(),
+                    downstream: name.clone(),
+                    topic: topic.clone(),
+                });
+            }
+            None => {}
+        }
+    }
+    for fl in &p.flows {
+        let touches = fl.writes.as_ref().is_some_and(|w| datasets.contains(w)) || fl.reads.iter().any(|r| datasets.contains(r));
+        if touches {
+            remove.push(fl.checkpoint.clone());
+        }
+    }
+    let plan = Plan { datasets: datasets.into_iter().collect(), remove };
+    write_plan(&p.state, &plan)?;
+    carry_out(&p.state, &plan)?;
+    Ok(plan.datasets)
+}
+
+/// Finishes a refresh a crash interrupted; returns the datasets it reset, if there was one.
+pub(crate) fn resume(state: &Path) -> Result<Option<Vec<String>>, RefreshError> {
+    let path = state.join(PLAN);
+    let text = match std::fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(RefreshError::Io { path, source: e }),
+    };
+    let plan: Plan = serde_json::from_slice(&text).map_err(|e| RefreshError::Plan { path: path.clone(), source: e })?;
+    carry_out(state, &plan)?;
+    Ok(Some(plan.datasets))
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RefreshError + '_ {
+    move |e| RefreshError::Io { path: path.to_path_buf(), source: e }
+}
+
+fn write_plan(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
+    std::fs::create_dir_all(state).map_err(io(state))?;
+    let tmp = state.join(format!("{PLAN}.tmp"));
+    let text = serde_json::to_vec_pretty(plan).map_err(|e| RefreshError::Plan { path: tmp.clone(), source: e })?;
+    {
+        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(&text).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+    }
+    let path = state.join(PLAN);
+    std::fs::rename(&tmp, &path).map_err(io(&path))?;
+    sync_dir(state)
+}
+
+fn carry_out(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
+    for dir in &plan.remove {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(RefreshError::Io { path: dir.clone(), source: e }),
+        }
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
+    let path = state.join(PLAN);
+    std::fs::remove_file(&path).map_err(io(&path))?;
+    sync_dir(state)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), RefreshError> {
+    match std::fs::File::open(dir).and_then(|d| d.sync_all()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(RefreshError::Io { path: dir.to_path_buf(), source: e }),
+    }
+}
