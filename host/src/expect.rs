@@ -40,6 +40,16 @@ pub(crate) enum OnViolation {
     Fail,
 }
 
+impl OnViolation {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            OnViolation::Drop => "drop",
+            OnViolation::Warn => "warn",
+            OnViolation::Fail => "fail",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
     Eq,
@@ -76,7 +86,9 @@ impl Rule {
         let end = t.find(|c: char| c.is_whitespace() || "=!<>".contains(c)).unwrap_or(t.len());
         let (field, rest) = t.split_at(end);
         if field.is_empty()
-            || !field.split('.').all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
+            || !field
+                .split('.')
+                .all(|s| !s.is_empty() && s.chars().all(|c| c.is_alphanumeric() || c == '_' || c == '-'))
         {
             return Err(format!(
                 "`{text}`: a rule starts with a field (letters, digits, `_`, `-`, dotted for nested fields), e.g. \

@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod kafka;
+pub mod medallion;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -28,6 +28,7 @@ const PLUGINS: &[&str] = &[
     "json-filter",
     "stats",
     "stdout-sink",
+    "order-counts",
     "wit-major-1-parser",
     "hostile",
     "versioned-count",

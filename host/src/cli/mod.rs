@@ -311,10 +311,10 @@ fn dispatch(command: Command) -> Result<Exit> {
                     }
                     project::run_project(one, &full_refresh, progress_json, flush)
                 }
-                _ if pipelines.iter().any(|p| crate::project::Project::file_at(p).is_some()) => Err(exit::Usage(
-                    "a project runs on its own: give `weir run` one project, or pipeline files".into(),
-                )
-                .into()),
+                _ if pipelines.iter().any(|p| crate::project::Project::file_at(p).is_some()) => {
+                    Err(exit::Usage("a project runs on its own: give `weir run` one project, or pipeline files".into())
+                        .into())
+                }
                 _ if !full_refresh.is_empty() => {
                     Err(exit::Usage("--full-refresh resets a project's datasets: give it a project".into()).into())
                 }

@@ -14,7 +14,7 @@ use super::exit::{Exit, Usage};
 use crate::dataset::DatasetKind;
 use crate::dataset::log::Log;
 use crate::driver::{Flush, Output, Stages};
-use crate::pipeline::SinkConfig;
+use crate::pipeline::{ExpectCheck, SinkConfig};
 use crate::plugin::Sink;
 use crate::project::graph::{self, Counts};
 use crate::project::{Project, Storage, refresh, run};
@@ -22,7 +22,11 @@ use crate::project::{Project, Storage, refresh, run};
 /// The project at `path` (a directory with a `weir.toml`, or the file).
 pub(super) fn load(path: &Path) -> Result<Project> {
     let file = Project::file_at(path).ok_or_else(|| {
-        Usage(format!("{}: not a project (a directory with {}, or the file)", path.display(), crate::project::PROJECT_FILE))
+        Usage(format!(
+            "{}: not a project (a directory with {}, or the file)",
+            path.display(),
+            crate::project::PROJECT_FILE
+        ))
     })?;
     Ok(Project::load(&file)?)
 }
@@ -110,6 +114,13 @@ fn describe(p: &Project) -> String {
             (None, _) => "console".into(),
         };
         s.push_str(&format!("  {}: {from} → [{}] → {to}\n", fl.name(), graph::plugins(fl).join(", ")));
+        for e in &fl.pipeline.expect {
+            let check = match &e.check {
+                ExpectCheck::Rule(r) => r.to_string(),
+                ExpectCheck::Plugin(s) => format!("plugin {}", s.name),
+            };
+            s.push_str(&format!("    expect {}: {check} (on violation: {})\n", e.name, e.on_violation.name()));
+        }
     }
     for d in p.datasets.values() {
         let storage = match &d.storage {
@@ -158,7 +169,7 @@ pub(super) fn graph(path: &Path, out: Option<&Path>) -> Result<Exit> {
 }
 
 /// `weir query PROJECT TABLE [KEY]`: a table's current rows, one JSON line each, read from its
-/// state beside a running project. Exit 1 when `KEY` has no row.
+/// state beside a running project (a stream's rows, in order). Exit 1 when `KEY` has no row.
 pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit> {
     let p = load(path)?;
     let d = p.datasets.get(table).ok_or_else(|| {
@@ -166,8 +177,12 @@ pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit>
             p.datasets.values().filter(|d| d.kind == DatasetKind::Table).map(|d| d.name.as_str()).collect();
         Usage(format!("the project has no dataset `{table}` (its tables: {})", tables.join(", ")))
     })?;
-    if d.kind != DatasetKind::Table {
-        return Err(Usage(format!("dataset `{table}` is a stream; weir query reads tables (kind = \"table\")")).into());
+    if d.kind != DatasetKind::Table && key.is_some() {
+        return Err(Usage(format!(
+            "dataset `{table}` is a stream, which has no rows by key: leave out the key to print \
+                                  all its rows, in order"
+        ))
+        .into());
     }
     let dir: PathBuf = match &d.storage {
         Storage::Embedded { dir } => dir.clone(),
@@ -195,10 +210,23 @@ pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit>
                 return Ok(Exit::Mismatch);
             }
         },
-        None => {
+        None if d.kind == DatasetKind::Table => {
             for (_, row) in log.rows()? {
                 w.write_all(&row)?;
                 w.write_all(b"\n")?;
+            }
+        }
+        None => {
+            // A stream: every row kept, in offset order, read in chunks.
+            let (mut at, end) = (log.start(), log.end());
+            while at < end {
+                let records = log.read(at, end, 10_000)?;
+                let Some(last) = records.last() else { break };
+                at = last.offset + 1;
+                for r in records {
+                    w.write_all(&r.value)?;
+                    w.write_all(b"\n")?;
+                }
             }
         }
     }

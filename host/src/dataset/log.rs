@@ -126,13 +126,8 @@ impl Log {
     }
 
     fn over(db: DB, path: PathBuf, table: bool) -> Result<Log, LogError> {
-        let mut log = Log {
-            db,
-            path,
-            table,
-            tail: Mutex::new(Tail { start: 0, end: 0, writers: 0 }),
-            grew: Condvar::new(),
-        };
+        let mut log =
+            Log { db, path, table, tail: Mutex::new(Tail { start: 0, end: 0, writers: 0 }), grew: Condvar::new() };
         let start = log.counter(START)?;
         let end = log.counter(END)?;
         if start > end {
@@ -154,7 +149,8 @@ impl Log {
         match self.db.get(key).map_err(|e| self.err(e))? {
             None => Ok(0),
             Some(v) => {
-                let b: [u8; 8] = v.as_slice().try_into().map_err(|_| self.corrupt(format!("a counter of {} bytes", v.len())))?;
+                let b: [u8; 8] =
+                    v.as_slice().try_into().map_err(|_| self.corrupt(format!("a counter of {} bytes", v.len())))?;
                 Ok(u64::from_be_bytes(b))
             }
         }
@@ -342,7 +338,7 @@ impl Log {
     }
 
     /// A table's current rows, by key.
-    pub(crate) fn rows(&self) -> Result<Vec<(Vec<u8>, Vec<u8>)>, LogError> {
+    pub(crate) fn rows(&self) -> Result<Vec<crate::state::Entry>, LogError> {
         let mut out = Vec::new();
         for item in self.db.prefix_iterator([ROW]) {
             let (k, v) = item.map_err(|e| self.err(e))?;

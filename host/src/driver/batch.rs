@@ -403,7 +403,11 @@ impl Run {
                 }
                 (OnViolation::Drop, Some(_)) => {
                     let message = format!("violates expectation {} ({})", e.name, e.shown);
-                    let failures = bad.iter().map(|&i| Failure { index: i as usize, kind: "expectation", message: message.clone() });
+                    let failures = bad.iter().map(|&i| Failure {
+                        index: i as usize,
+                        kind: "expectation",
+                        message: message.clone(),
+                    });
                     let stage = format!("expect.{}", e.name);
                     report.dead_letters +=
                         self.dead.write(batch_id, &stage, batch, failures, Some(events.origins.as_slice()))?;

@@ -9,13 +9,13 @@ use std::sync::atomic::AtomicBool;
 
 use super::RunError;
 use crate::aggregate::Policy;
+use crate::expect::ExpectStage;
 use crate::operator::Operator;
 use crate::operator::dedup::Deduplicate;
 use crate::operator::interval_join::IntervalJoin;
 use crate::operator::passthrough::PassThrough;
 use crate::operator::processor::KeyedProcess;
 use crate::operator::table_join::TableJoin;
-use crate::expect::ExpectStage;
 use crate::pipeline::{ExpectCheck, Join, Keyed, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{Aggregator, ParseFns, Parser, PluginError, Processor, Runtime, Sink, TransformFns, Transformer};
 use crate::sink::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};

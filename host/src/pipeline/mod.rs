@@ -201,7 +201,10 @@ pub(crate) enum SinkConfig {
     Wasm(StageSpec),
     Kafka(KafkaSinkConfig),
     /// A project's dataset; `key`: the row field whose value keys each row (`sink.key`).
-    Dataset { dataset: DatasetRef, key: Option<String> },
+    Dataset {
+        dataset: DatasetRef,
+        key: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone)]

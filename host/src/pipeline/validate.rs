@@ -526,9 +526,10 @@ fn source_config(
                 max_offsets_per_trigger,
             )
         }
-        SourceFile::Dataset { dataset, max_offsets_per_trigger } => {
-            (SourceKind::Dataset(DatasetRef::named(dataset_name(&format!("{key}.dataset"), dataset, invalid)?)), max_offsets_per_trigger)
-        }
+        SourceFile::Dataset { dataset, max_offsets_per_trigger } => (
+            SourceKind::Dataset(DatasetRef::named(dataset_name(&format!("{key}.dataset"), dataset, invalid)?)),
+            max_offsets_per_trigger,
+        ),
     };
     if let Some(n) = max_offsets_per_trigger
         && !(1..=MAX_OFFSETS_PER_TRIGGER).contains(&n)
@@ -741,7 +742,13 @@ fn window_spec(w: WindowFile, invalid: &dyn Fn(&str, String) -> PipelineError) -
 
 /// Whether a `grants` table grants anything.
 fn granted(g: &GrantsFile) -> bool {
-    !g.dirs.is_empty() || !g.env.is_empty() || g.clocks || g.random || !g.network.is_empty() || !g.http.is_empty() || g.stdout
+    !g.dirs.is_empty()
+        || !g.env.is_empty()
+        || g.clocks
+        || g.random
+        || !g.network.is_empty()
+        || !g.http.is_empty()
+        || g.stdout
 }
 
 /// The longest dataset name.
@@ -762,7 +769,9 @@ pub(crate) fn dataset_name(
     } else {
         Err(invalid(
             key,
-            format!("`{name}`: a dataset's name is 1 to {MAX_DATASET_NAME} letters, digits, `_` or `-`, e.g. \"silver\""),
+            format!(
+                "`{name}`: a dataset's name is 1 to {MAX_DATASET_NAME} letters, digits, `_` or `-`, e.g. \"silver\""
+            ),
         ))
     }
 }
@@ -785,20 +794,30 @@ fn expectations(
             && e.name.len() <= MAX_DATASET_NAME
             && e.name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         if !ok {
-            return Err(invalid(&key("name"), format!("`{}`: letters, digits, `_` or `-`, e.g. \"valid_amount\"", e.name)));
+            return Err(invalid(
+                &key("name"),
+                format!("`{}`: letters, digits, `_` or `-`, e.g. \"valid_amount\"", e.name),
+            ));
         }
         if !names.insert(e.name.clone()) {
-            return Err(invalid(&key("name"), format!("`{}` is the name of an earlier expectation; names must differ", e.name)));
+            return Err(invalid(
+                &key("name"),
+                format!("`{}` is the name of an earlier expectation; names must differ", e.name),
+            ));
         }
         let check = match (e.rule, e.plugin) {
             (Some(rule), None) => {
                 if !e.config.is_empty() || granted(&e.grants) || e.limits != LimitsFile::default() {
-                    return Err(invalid(&key("rule"), "a rule has no config, grants or limits (a plugin does); remove them".into()));
+                    return Err(invalid(
+                        &key("rule"),
+                        "a rule has no config, grants or limits (a plugin does); remove them".into(),
+                    ));
                 }
                 ExpectCheck::Rule(Rule::parse(&rule).map_err(|m| invalid(&key("rule"), m))?)
             }
             (None, Some(plugin)) => {
-                let file = StageFile { plugin, parallelism: None, config: e.config, grants: e.grants, limits: e.limits };
+                let file =
+                    StageFile { plugin, parallelism: None, config: e.config, grants: e.grants, limits: e.limits };
                 ExpectCheck::Plugin(stage(&format!("expect[{i}]"), file)?)
             }
             _ => {

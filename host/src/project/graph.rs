@@ -18,7 +18,8 @@ pub(crate) struct Cycle {
 
 impl std::fmt::Display for Cycle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ring: Vec<&str> = self.steps.iter().map(|(fl, _)| fl.as_str()).chain(self.steps.first().map(|s| s.0.as_str())).collect();
+        let ring: Vec<&str> =
+            self.steps.iter().map(|(fl, _)| fl.as_str()).chain(self.steps.first().map(|s| s.0.as_str())).collect();
         write!(f, "the flows {} form a cycle (", ring.join(" → "))?;
         for (i, (fl, ds)) in self.steps.iter().enumerate() {
             let next = &self.steps[(i + 1) % self.steps.len()].0;
@@ -166,6 +167,9 @@ pub(crate) fn plugins(fl: &Flow) -> Vec<String> {
     let p = &fl.pipeline;
     let mut out = vec![format!("parse: {}", file(&p.parse))];
     out.extend(p.transforms.iter().map(|t| format!("transform: {}", file(t))));
+    if !p.expect.is_empty() {
+        out.push(format!("expect: {}", p.expect.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")));
+    }
     if let Some(s) = &p.stateful {
         if s.dedup.is_some() {
             out.push("dedup".into());
@@ -185,7 +189,10 @@ pub(crate) fn plugins(fl: &Flow) -> Vec<String> {
 fn source_label(k: &SourceKind) -> String {
     match k {
         SourceKind::Replay { path, .. } => {
-            format!("replay {}", path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned()))
+            format!(
+                "replay {}",
+                path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())
+            )
         }
         SourceKind::Kafka(k) => format!("kafka {}", k.topics.join(", ")),
         SourceKind::Dataset(d) => d.name.clone(),

@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use crate::dataset::DatasetKind;
 use crate::pipeline::{
-    Join, KafkaSinkConfig, KafkaSourceConfig, Keyed, Pipeline, PipelineError, SinkConfig, SourceConfig,
-    SourceKind, StartingOffsets, Trigger,
+    Join, KafkaSinkConfig, KafkaSourceConfig, Keyed, Pipeline, PipelineError, SinkConfig, SourceConfig, SourceKind,
+    StartingOffsets, Trigger,
 };
 
 /// The project file's name, in a project directory.
@@ -40,8 +40,14 @@ pub(crate) enum ProjectError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Storage {
     /// The embedded log, in this directory.
-    Embedded { dir: PathBuf },
-    Kafka { topic: String, options: Vec<(String, String)>, transactional: bool },
+    Embedded {
+        dir: PathBuf,
+    },
+    Kafka {
+        topic: String,
+        options: Vec<(String, String)>,
+        transactional: bool,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -84,20 +90,24 @@ pub(crate) struct Project {
 }
 
 impl Project {
-    /// The project file at `path`: `weir.toml` itself, or a directory holding one.
+    /// The project file at `path`: a directory holding a `weir.toml`, or a file that lists
+    /// `flows` (a pipeline file never does), such as a variant beside the `weir.toml`.
     pub(crate) fn file_at(path: &Path) -> Option<PathBuf> {
         if path.is_dir() {
             let f = path.join(PROJECT_FILE);
-            f.is_file().then_some(f)
-        } else {
-            (path.file_name().is_some_and(|n| n == PROJECT_FILE)).then(|| path.to_path_buf())
+            return f.is_file().then_some(f);
         }
+        if path.file_name().is_some_and(|n| n == PROJECT_FILE) {
+            return Some(path.to_path_buf());
+        }
+        let text = std::fs::read_to_string(path).ok()?;
+        let table: toml::Table = toml::from_str(&text).ok()?;
+        table.contains_key("flows").then(|| path.to_path_buf())
     }
 
     pub(crate) fn load(path: &Path) -> Result<Self, ProjectError> {
-        let read = |p: &Path| {
-            std::fs::read_to_string(p).map_err(|e| PipelineError::Read { path: p.to_path_buf(), source: e })
-        };
+        let read =
+            |p: &Path| std::fs::read_to_string(p).map_err(|e| PipelineError::Read { path: p.to_path_buf(), source: e });
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let f: file::ProjectFile = crate::pipeline::deserialize(&read(&path)?, &path)?;
         let invalid = |key: &str, message: String| PipelineError::Invalid {
@@ -118,7 +128,11 @@ impl Project {
             .map(|(name, d)| dataset(name, d, &state, &invalid).map(|d| (d.name.clone(), d)))
             .collect::<Result<BTreeMap<_, _>, _>>()?;
         if f.flows.is_empty() {
-            return Err(invalid("flows", "list the flow files, e.g. flows = [\"bronze.toml\", \"silver.toml\"]".into()).into());
+            return Err(invalid(
+                "flows",
+                "list the flow files, e.g. flows = [\"bronze.toml\", \"silver.toml\"]".into(),
+            )
+            .into());
         }
         let mut flows = Vec::new();
         for rel in &f.flows {
@@ -177,12 +191,6 @@ fn dataset(
         file::StorageFile::Kafka => {
             only("retention", d.retention.is_some(), "embedded")?;
             let options = crate::pipeline::kafka_options(&key("kafka"), d.kafka.unwrap_or_default(), invalid)?;
-            if !options.iter().any(|(k, _)| k == "bootstrap.servers") {
-                return Err(invalid(
-                    &key("kafka"),
-                    "a Kafka-backed dataset needs its broker: kafka.\"bootstrap.servers\" = \"host:9092\"".into(),
-                ));
-            }
             let topic = d.topic.unwrap_or_else(|| name.clone());
             if topic.is_empty() {
                 return Err(invalid(&key("topic"), "name the topic, or leave it out to use the dataset's name".into()));
@@ -224,7 +232,12 @@ fn external(p: &Pipeline) -> bool {
     !matches!(p.source.kind, SourceKind::Dataset(_))
 }
 
-fn flow(file: PathBuf, pipeline: Pipeline, datasets: &BTreeMap<String, Dataset>, state: &Path) -> Result<Flow, ProjectError> {
+fn flow(
+    file: PathBuf,
+    pipeline: Pipeline,
+    datasets: &BTreeMap<String, Dataset>,
+    state: &Path,
+) -> Result<Flow, ProjectError> {
     let unknown = |key: &str, name: &str| {
         let declared = datasets.keys().map(String::as_str).collect::<Vec<_>>().join(", ");
         PipelineError::Invalid {

@@ -76,7 +76,8 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
         }
     }
     for fl in &p.flows {
-        let touches = fl.writes.as_ref().is_some_and(|w| datasets.contains(w)) || fl.reads.iter().any(|r| datasets.contains(r));
+        let touches =
+            fl.writes.as_ref().is_some_and(|w| datasets.contains(w)) || fl.reads.iter().any(|r| datasets.contains(r));
         if touches {
             remove.push(fl.checkpoint.clone());
         }

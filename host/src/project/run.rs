@@ -49,13 +49,12 @@ impl Ended {
     }
 }
 
+/// A flow's name and how its run ended.
+pub(crate) type Outcome = (String, Result<Summary, RunError>);
+
 /// Runs every flow of `p` until its input ends (bounded) or `opts.stop` is raised; each flow's
 /// outcome, in dependency order.
-pub(crate) fn run(
-    p: &Project,
-    runtime: &Arc<Runtime>,
-    opts: FlowOptions,
-) -> Result<Vec<(String, Result<Summary, RunError>)>, LogError> {
+pub(crate) fn run(p: &Project, runtime: &Arc<Runtime>, opts: FlowOptions) -> Result<Vec<Outcome>, LogError> {
     // Every embedded dataset open before any flow starts, with its writers counted, so that no
     // reader takes an empty log without writers for a finished one.
     let mut logs: BTreeMap<String, Arc<Log>> = BTreeMap::new();

@@ -50,9 +50,8 @@ impl RowSink for LogSink {
             let why = format!("a row without a key: {}", String::from_utf8_lossy(&row[..row.len().min(200)]));
             return Err(SinkError::Unkeyed { dataset: self.dataset.clone(), why });
         }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
         self.log.append(delivery.checkpoint, delivery.batch_id, now, records).map_err(SinkError::Log)?;
         if let Some(r) = self.retention {
             self.log.retain_since(now.saturating_sub(r.as_millis() as i64)).map_err(SinkError::Log)?;

@@ -97,8 +97,10 @@ pub(crate) enum SinkError {
     Kafka(#[from] KafkaError),
     #[error(transparent)]
     Log(crate::dataset::log::LogError),
-    #[error("dataset {dataset} is a table, which takes keyed rows only: {why}; key the flow's rows (a window, \
-             a [process], or sink.key = \"FIELD\")")]
+    #[error(
+        "dataset {dataset} is a table, which takes keyed rows only: {why}; key the flow's rows (a window, \
+             a [process], or sink.key = \"FIELD\")"
+    )]
     Unkeyed { dataset: String, why: String },
 }
 

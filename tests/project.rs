@@ -1,0 +1,241 @@
+//! Pipeline projects end to end (docs/projects.md): the orders medallion example
+//! (`plugins/orders-medallion/`) against a naive reference, dataset by dataset, on generated
+//! orders with invalid and repeated records; the same through repeated kill -9; the graph
+//! errors `weir validate` refuses; and a full refresh after a silver change. The same project
+//! with Kafka-backed datasets runs in `kafka_mock.rs`.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use common::medallion::*;
+use common::{ok, weir};
+use serde_json::Value;
+
+#[test]
+fn the_medallion_matches_a_naive_reference_dataset_by_dataset() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dirty_orders(dir.path(), 30_000, 7);
+    let project = medallion(dir.path(), &[]);
+    let r = reference(&events);
+    assert!(r.violations.values().all(|&n| n > 0) && r.bronze.len() > r.silver.len(), "the input has what to clean");
+
+    let out = ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    check_against_reference(&project, &r);
+
+    // Violations are counted per expectation, in the run's summary and in the checkpoint.
+    let summary = String::from_utf8_lossy(&out.stderr);
+    for (name, n) in &r.violations {
+        assert!(summary.contains(&format!("expectation {name}: {n} violations")), "{name}: {summary}");
+    }
+    let inspect = ok(weir().arg("inspect").arg(project.join(".weir/flows/bronze")).output().unwrap());
+    let inspect = String::from_utf8_lossy(&inspect.stdout);
+    for (name, n) in &r.violations {
+        assert!(inspect.contains(&format!("expect     {name}: {n} violations")), "{inspect}");
+    }
+    // Dropped rows are dead letters under their expectation's name.
+    let dead = std::fs::read_to_string(project.join(".weir/flows/bronze/dead-letters.jsonl")).unwrap();
+    let by_stage = |stage: &str| dead.lines().filter(|l| l.contains(&format!("\"stage\":\"{stage}\""))).count() as u64;
+    assert_eq!(by_stage("expect.positive_amount"), r.violations["positive_amount"]);
+    assert_eq!(by_stage("expect.known_status"), r.violations["known_status"]);
+
+    // A table's row by key.
+    let (user, n) = r.user_orders.iter().next().unwrap();
+    let row = ok(weir().arg("query").arg(&project).args(["user_orders", user]).output().unwrap());
+    let row: Value = serde_json::from_slice(&row.stdout).unwrap();
+    assert_eq!(row["orders"].as_u64(), Some(*n));
+    let none = weir().arg("query").arg(&project).args(["user_orders", "no-such-user"]).output().unwrap();
+    assert_eq!(none.status.code(), Some(1));
+
+    // The graph shows each flow's plugins and, after the run, each dataset's rows.
+    let dot = ok(weir().arg("graph").arg(&project).output().unwrap());
+    let dot = String::from_utf8_lossy(&dot.stdout);
+    assert!(dot.contains("\"dataset:silver\" -> \"flow:gold-error-rate\""), "{dot}");
+    assert!(dot.contains("window, aggregate: error_rate.wasm"), "{dot}");
+    assert!(dot.contains(&format!("{} rows", r.silver.len())), "{dot}");
+}
+
+#[test]
+fn every_dataset_is_the_same_after_repeated_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let whole = dir.path().join("whole");
+    let killed = dir.path().join("killed");
+    // Small batches, so the kills land all along the way; the flows flush at the end of input
+    // (the kill loop runs `weir run` without --flush).
+    let mut edits =
+        vec![("bronze.toml", "path = \"orders.jsonl\"", "path = \"orders.jsonl\"\nmax_offsets_per_trigger = 2000")];
+    for f in ["silver.toml", "gold-error-rate.toml", "gold-user-orders.toml"] {
+        edits.push((f, "delay = \"10 minutes\"", "delay = \"10 minutes\"\nflush_at_end = true"));
+    }
+    for f in ["gold-error-rate.toml", "gold-user-orders.toml"] {
+        edits.push((
+            f,
+            "dataset = \"silver\"\n\n[parse]",
+            "dataset = \"silver\"\nmax_offsets_per_trigger = 1500\n\n[parse]",
+        ));
+    }
+    edits.push((
+        "silver.toml",
+        "dataset = \"bronze\"\n\n[parse]",
+        "dataset = \"bronze\"\nmax_offsets_per_trigger = 1700\n\n[parse]",
+    ));
+    for d in [&whole, &killed] {
+        std::fs::create_dir_all(d).unwrap();
+        dirty_orders(d, 40_000, 11);
+        medallion(d, &edits);
+    }
+    ok(weir().arg("run").arg(&whole).output().unwrap());
+    let kills = common::kill_repeatedly(&killed, 12);
+    assert!(kills > 0, "no kill landed");
+    let (a, b) = (datasets(&whole), datasets(&killed));
+    for (name, rows) in &a {
+        assert!(!rows.is_empty(), "{name} is empty");
+        if name.contains('_') {
+            assert_eq!(&b[name], rows, "table {name}");
+        } else {
+            assert_eq!(sorted(b[name].clone()), sorted(rows.clone()), "stream {name}: same rows, none twice");
+        }
+    }
+    check_against_reference(&killed, &reference(&killed.join("orders.jsonl")));
+}
+
+/// A project of `flows` (name → flow file body) over `datasets` (a `[datasets]` body).
+fn small_project(dir: &Path, datasets: &str, flows: &[(&str, &str)]) -> PathBuf {
+    let list: Vec<String> = flows.iter().map(|(n, _)| format!("\"{n}.toml\"")).collect();
+    std::fs::write(dir.join("weir.toml"), format!("name = \"p\"\nflows = [{}]\n{datasets}", list.join(", "))).unwrap();
+    let parser = common::component("orders_json");
+    for (name, body) in flows {
+        let text = format!("name = \"{name}\"\n[parse]\nplugin = \"{}\"\n{body}", parser.display());
+        std::fs::write(dir.join(format!("{name}.toml")), text).unwrap();
+    }
+    std::fs::write(dir.join("orders.jsonl"), "").unwrap();
+    dir.to_path_buf()
+}
+
+fn refused(project: &Path) -> String {
+    let out = weir().arg("validate").arg(project).output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "validate should refuse: {}", String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+const FROM_FILE: &str = "[source]\ntype = \"replay\"\npath = \"orders.jsonl\"\n";
+
+#[test]
+fn validate_refuses_a_cycle_a_missing_dataset_a_role_mismatch_and_an_unkeyed_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = |name: &str| {
+        let d = dir.path().join(name);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    };
+    let into = |ds: &str| format!("[sink]\ntype = \"dataset\"\ndataset = \"{ds}\"\n");
+    let from = |ds: &str| format!("[source]\ntype = \"dataset\"\ndataset = \"{ds}\"\n");
+
+    // a → x → b → y → c → x: b and c form a ring through x and y.
+    let cycle = small_project(
+        &at("cycle"),
+        "[datasets.x]\n[datasets.y]\n[datasets.z]\n",
+        &[
+            ("a", &format!("{FROM_FILE}{}", into("z"))),
+            ("b", &format!("{}{}", from("x"), into("y"))),
+            ("c", &format!("{}{}", from("y"), into("x"))),
+        ],
+    );
+    let e = refused(&cycle);
+    assert!(
+        e.contains("cycle") && e.contains("b writes `y`, which c reads") && e.contains("c writes `x`, which b reads"),
+        "{e}"
+    );
+
+    let missing = small_project(&at("missing"), "[datasets.x]\n", &[("a", &format!("{FROM_FILE}{}", into("nope")))]);
+    let e = refused(&missing);
+    assert!(e.contains("a.toml") && e.contains("sink.dataset") && e.contains("`nope`") && e.contains("x"), "{e}");
+
+    // A parser where the aggregator should be.
+    let role = small_project(
+        &at("role"),
+        "[datasets.x]\n",
+        &[(
+            "a",
+            &format!(
+                "{FROM_FILE}[watermark]\ndelay = \"1 minute\"\n[window]\ntype = \"tumbling\"\nsize = \"1 minute\"\n\
+                 [aggregate]\nplugin = \"{}\"\n{}",
+                common::component("orders_json").display(),
+                into("x")
+            ),
+        )],
+    );
+    let e = refused(&role);
+    assert!(e.contains("flow a") && e.contains("aggregat"), "{e}");
+
+    let unkeyed = small_project(
+        &at("unkeyed"),
+        "[datasets.t]\nkind = \"table\"\n",
+        &[("a", &format!("{FROM_FILE}{}", into("t")))],
+    );
+    let e = refused(&unkeyed);
+    assert!(e.contains("flow a") && e.contains("table `t`") && e.contains("no key"), "{e}");
+
+    // Keyed by a field, the same flow is accepted, and validate prints the graph.
+    let keyed = small_project(
+        &at("keyed"),
+        "[datasets.t]\nkind = \"table\"\n",
+        &[("a", &format!("{FROM_FILE}{}key = \"user_id\"\n", into("t")))],
+    );
+    let out = ok(weir().arg("validate").arg(&keyed).output().unwrap());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("a: replay → [parse: orders_json.wasm] → dataset t"));
+}
+
+#[test]
+fn a_full_refresh_of_silver_recomputes_silver_and_gold_and_leaves_bronze() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = dirty_orders(dir.path(), 20_000, 5);
+    let project = medallion(dir.path(), &[]);
+    ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    let before = datasets(&project);
+    let identity = |flow: &str| {
+        let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
+        String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("identity")).unwrap().to_string()
+    };
+    let bronze_identity = identity("bronze");
+    let silver_identity = identity("silver");
+
+    // Silver now also drops PENDING orders, through a transform plugin.
+    let filter = common::component("status_filter");
+    let silver = std::fs::read_to_string(project.join("silver.toml")).unwrap().replace(
+        "[watermark]",
+        &format!(
+            "[[transform]]\nplugin = \"{}\"\nconfig = {{ keep = [\"OK\", \"ERROR\"] }}\n\n[watermark]",
+            filter.display()
+        ),
+    );
+    std::fs::write(project.join("silver.toml"), silver).unwrap();
+    let out = ok(weir().arg("run").arg(&project).args(["--flush", "--full-refresh", "silver"]).output().unwrap());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("reset error_rate, silver, user_orders"), "{said}");
+
+    let after = datasets(&project);
+    assert_eq!(after["bronze"], before["bronze"], "bronze untouched");
+    assert_eq!(identity("bronze"), bronze_identity, "bronze's checkpoint untouched");
+    assert_ne!(identity("silver"), silver_identity, "silver's checkpoint was reset");
+    let mut r = reference(&events);
+    r.silver.retain(|l| !l.contains("\"status\":\"PENDING\""));
+    let kept: Vec<Value> = r.silver.iter().map(|l| serde_json::from_str(l).unwrap()).collect();
+    r.error_rate = BTreeMap::new();
+    r.user_orders = BTreeMap::new();
+    for v in &kept {
+        let ts = v["order_ts"].as_i64().unwrap();
+        let w = r.error_rate.entry(ts - ts.rem_euclid(60_000)).or_default();
+        w.0 += 1;
+        w.1 += u64::from(v["status"] == "ERROR");
+        *r.user_orders.entry(v["user_id"].to_string()).or_default() += 1;
+    }
+    check_against_reference(&project, &r);
+    assert_ne!(after["silver"], before["silver"]);
+
+    // A dataset the project does not have is refused, naming the ones it has.
+    let out = weir().arg("run").arg(&project).args(["--full-refresh", "platinum"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("bronze, error_rate, silver, user_orders"));
+}
