@@ -71,14 +71,14 @@ fn every_dataset_is_the_same_after_repeated_kill_9() {
     for f in ["gold-error-rate.toml", "gold-user-orders.toml"] {
         edits.push((
             f,
-            "dataset = \"silver\"\n\n[parse]",
-            "dataset = \"silver\"\nmax_offsets_per_trigger = 1500\n\n[parse]",
+            "type = \"dataset\"\ndataset = \"silver\"",
+            "type = \"dataset\"\ndataset = \"silver\"\nmax_offsets_per_trigger = 1500",
         ));
     }
     edits.push((
         "silver.toml",
-        "dataset = \"bronze\"\n\n[parse]",
-        "dataset = \"bronze\"\nmax_offsets_per_trigger = 1700\n\n[parse]",
+        "type = \"dataset\"\ndataset = \"bronze\"",
+        "type = \"dataset\"\ndataset = \"bronze\"\nmax_offsets_per_trigger = 1700",
     ));
     for d in [&whole, &killed] {
         std::fs::create_dir_all(d).unwrap();
@@ -238,4 +238,57 @@ fn a_full_refresh_of_silver_recomputes_silver_and_gold_and_leaves_bronze() {
     let out = weir().arg("run").arg(&project).args(["--full-refresh", "platinum"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bronze, error_rate, silver, user_orders"));
+}
+
+/// Expectations in any pipeline: `warn` counts and keeps, a plugin's dropped rows are its
+/// violations (`drop`: to the dead letters), `fail` stops the run naming the rule and the row.
+#[test]
+fn expectations_warn_drop_through_a_plugin_and_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let events = common::orders(dir.path(), 3_000, 2);
+    let text = std::fs::read_to_string(&events).unwrap();
+    let statuses: Vec<String> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["status"].as_str().unwrap().to_string())
+        .collect();
+    let not_ok = statuses.iter().filter(|s| *s != "OK").count();
+    let pending = statuses.iter().filter(|s| *s == "PENDING").count();
+    assert!(pending > 0 && not_ok > pending);
+    let pipeline = |expect: &str| {
+        let p = dir.path().join("p.toml");
+        std::fs::write(
+            &p,
+            format!(
+                "name = \"e\"\n[source]\ntype = \"replay\"\npath = \"orders.jsonl\"\n[parse]\nplugin = \"{}\"\n{expect}\n\
+                 [checkpoint]\nlocation = \"cp-{}\"\n",
+                common::component("orders_json").display(),
+                expect.len()
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let warn_and_plugin = pipeline(&format!(
+        "[[expect]]\nname = \"ok\"\nrule = 'status == \"OK\"'\non_violation = \"warn\"\n\
+         [[expect]]\nname = \"settled\"\nplugin = \"{}\"\nconfig = {{ keep = [\"OK\", \"ERROR\"] }}\n",
+        common::component("status_filter").display()
+    ));
+    let out = ok(weir().arg("run").arg(&warn_and_plugin).output().unwrap());
+    let rows = String::from_utf8_lossy(&out.stdout).lines().count();
+    assert_eq!(rows, statuses.len() - pending, "PENDING orders dropped by the plugin, the rest kept");
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains(&format!("expectation ok: {not_ok} violations")), "{said}");
+    assert!(said.contains(&format!("expectation settled: {pending} violations")), "{said}");
+
+    let fail = pipeline("[[expect]]\nname = \"small\"\nrule = \"amount < 0\"\non_violation = \"fail\"\n");
+    let out = weir().arg("run").arg(&fail).output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("expectation small (amount < 0) failed") && said.contains("line 1 holds the row"), "{said}");
+
+    // A bad rule is refused when the file is validated, naming it.
+    let bad = pipeline("[[expect]]\nname = \"bad\"\nrule = \"amount >> 3\"\n");
+    let out = weir().arg("run").arg(&bad).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("expect[0].rule"));
 }

@@ -130,6 +130,30 @@ impl Rule {
 
     /// Whether the row meets the rule, given the field's raw JSON text (`None`: absent).
     fn holds(&self, raw: Option<&[u8]>) -> bool {
+        // The common cases without a decoder: a number against a number, a string without
+        // escapes against a string (the scan that found the field checked its grammar).
+        if let (Rule::Compare(_, op, want), Some(raw)) = (self, raw) {
+            match (want, raw.first()) {
+                (Value::Number(n), Some(b'-' | b'0'..=b'9')) => {
+                    let (Some(a), Some(b)) =
+                        (std::str::from_utf8(raw).ok().and_then(|t| t.parse::<f64>().ok()), n.as_f64())
+                    else {
+                        return false;
+                    };
+                    return a.partial_cmp(&b).is_some_and(|o| op.admits(o));
+                }
+                (Value::String(w), Some(b'"')) if !raw.contains(&b'\\') => {
+                    let inner = &raw[1..raw.len().saturating_sub(1)];
+                    return op.admits(inner.cmp(w.as_bytes()));
+                }
+                _ => {}
+            }
+        }
+        if let (Rule::In(_, set), Some(raw @ [b'"', inner @ .., b'"'])) = (self, raw)
+            && !raw.contains(&b'\\')
+        {
+            return set.iter().any(|w| w.as_str().is_some_and(|w| w.as_bytes() == inner));
+        }
         let value = || raw.and_then(|r| serde_json::from_slice::<Value>(r).ok());
         match self {
             Rule::Present(_) => raw.is_some(),
@@ -151,14 +175,20 @@ fn compare(v: &Value, op: Op, want: &Value) -> bool {
         (a, b) if matches!(op, Op::Eq | Op::Ne) => return (a == b) == (op == Op::Eq),
         _ => None,
     };
-    let Some(ord) = ord else { return false };
-    match op {
-        Op::Eq => ord == Ordering::Equal,
-        Op::Ne => ord != Ordering::Equal,
-        Op::Lt => ord == Ordering::Less,
-        Op::Le => ord != Ordering::Greater,
-        Op::Gt => ord == Ordering::Greater,
-        Op::Ge => ord != Ordering::Less,
+    ord.is_some_and(|o| op.admits(o))
+}
+
+impl Op {
+    /// Whether a value that compares `ord` to the rule's value meets it.
+    fn admits(self, ord: Ordering) -> bool {
+        match self {
+            Op::Eq => ord == Ordering::Equal,
+            Op::Ne => ord != Ordering::Equal,
+            Op::Lt => ord == Ordering::Less,
+            Op::Le => ord != Ordering::Greater,
+            Op::Gt => ord == Ordering::Greater,
+            Op::Ge => ord != Ordering::Less,
+        }
     }
 }
 

@@ -2,9 +2,10 @@
 //! `weir` command line ([`cli`], the one public item).
 //!
 //! The modules follow the data's path:
-//! `source` (Kafka, recorded events) → `ingest` (read ahead, parse through a Wasm parser from
-//! `plugin`) → transforms (Wasm) → `operator` (`aggregate`: windows over `window`, state in
-//! `state`, event time from `watermark`) → `sink` → `checkpoint`. The `driver` runs that loop,
+//! `source` (Kafka, recorded events, a project's dataset) → `ingest` (read ahead, parse through a
+//! Wasm parser from `plugin`) → transforms (Wasm) → `expect` → `operator` (`aggregate`: windows
+//! over `window`, state in `state`, event time from `watermark`) → `sink` → `checkpoint`. A
+//! `project` wires several such pipelines through `dataset`s (the embedded log). The `driver` runs that loop,
 //! with `side_output` for dead letters and late events and `isolate` for failing plugins.
 //! `pipeline` reads the pipeline file; `progress` reports; `workload` makes the reference
 //! workload, and `native` is its logic as host code, the baseline the sandbox is measured

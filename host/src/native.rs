@@ -32,7 +32,8 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
     let crate::pipeline::Keyed::Window(w) = &s.keyed else {
         return Err(refuse("this pipeline has no window").into());
     };
-    if !uses(&p.parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
+    let Some(parse) = &p.parse else { return Err(refuse("it has no parser").into()) };
+    if !uses(&parse.component, "orders_json.wasm") || !uses(&w.aggregate.component, "error_rate.wasm") {
         return Err(refuse("this pipeline uses other plugins").into());
     }
     if !p.transforms.is_empty() {
@@ -46,7 +47,7 @@ pub(crate) fn stages(p: &Pipeline, output: driver::Output, stop: &Arc<AtomicBool
         #[serde(default)]
         key_by_user: bool,
     }
-    let config: OrdersConfig = serde_json::from_str(&p.parse.config_json).unwrap_or_default();
+    let config: OrdersConfig = serde_json::from_str(&parse.config_json).unwrap_or_default();
     Ok(Stages {
         parsers: (0..p.parser_instances())
             .map(|_| Box::new(Orders::new(config.key_by_user)) as Box<dyn ParseFns>)

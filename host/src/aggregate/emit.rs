@@ -112,7 +112,7 @@ pub(super) fn finish(
                     quote(&w.key, &mut quoted);
                     window_key_into(w.start, w.end, &quoted, &mut key);
                     line_into(&w, &quoted, body, &mut line);
-                    out.push(&key, &line)?;
+                    out.push(&key, &line, w.end.saturating_sub(1))?;
                     added += 1;
                     continue;
                 }

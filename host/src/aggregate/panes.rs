@@ -176,7 +176,8 @@ impl Operator for PaneOperator {
         let emitted = emit::finish(windows, self.agg.as_mut(), &self.policy, out, &mut failed)?;
         let size = self.panes.size;
         for (start, key) in finals {
-            out.push_tombstone(&emit::window_key(start, start.saturating_add(size), &key))?;
+            let end = start.saturating_add(size);
+            out.push_tombstone(&emit::window_key(start, end, &key), end.saturating_sub(1))?;
         }
         Ok(Advanced { emitted, failed })
     }

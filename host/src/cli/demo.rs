@@ -78,6 +78,7 @@ pub(super) fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicB
         stop: stop.clone(),
         fsync: true,
         flush: Flush::AsConfigured { default: false },
+        own_share: true,
     };
     let alerts = Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() }));
     let result = Stages::wasm(&args.pipeline, runtime, alerts, &stop)

@@ -77,6 +77,7 @@ pub(super) fn run_all(
                 stop: stop.clone(),
                 fsync: true,
                 flush: if flush { Flush::Always } else { Flush::AsConfigured { default: false } },
+                own_share: true,
             };
             (p, opts)
         })

@@ -130,6 +130,7 @@ pub(super) fn test(a: &TestArgs) -> Result<Exit> {
         stop: stop.clone(),
         fsync: true,
         flush: Flush::AsConfigured { default: true },
+        own_share: true,
     };
     let runtime = super::run::runtime([&p])?;
     let delivered = ByBatch::default();
@@ -287,6 +288,7 @@ pub(super) fn replay_safety(a: &TestArgs, restarts: u32, seed: Option<u64>) -> R
             stop: stop.clone(),
             fsync: false,
             flush: Flush::AsConfigured { default: true },
+            own_share: true,
         };
         let inner = match real {
             true => Some(driver::sink(&p, Output::Pipeline, Some(&runtime), &stop)?),

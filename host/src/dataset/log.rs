@@ -3,8 +3,9 @@
 //! checkpoint recorded, and re-reading up to a recorded end yields the same records again.
 //!
 //! It lives in RocksDB, which Weir already carries for state, rather than a file format of our
-//! own: each record is a key `r` + its offset (8 bytes, big-endian, so keys sort by offset), and
-//! RocksDB's write-ahead log and sorted files are the segments. That buys what a log needs and a
+//! own: records are stored in chunks of consecutive offsets (up to a MiB), each a value under
+//! `r` + its first offset (8 bytes, big-endian, so keys sort by offset), and RocksDB's
+//! write-ahead log and sorted files are the segments. That buys what a log needs and a
 //! hand-written one gets wrong: an append is one atomic, checksummed write, so a kill -9 in the
 //! middle of one leaves a torn tail that recovery truncates at the last whole append (never a
 //! half-read record); retention drops a range of offsets in one delete and compaction frees the
@@ -52,14 +53,18 @@ const MARK: u8 = b'd';
 /// Prefix of a table's row, followed by its key.
 const ROW: u8 = b'k';
 
-/// Bytes before a record's key in its stored value: the timestamp (8) and the key's length (4).
-const RECORD_HEAD: usize = 12;
+/// Bytes of records one chunk holds before the next begins: an append of a large batch is a
+/// few values of this size, not one value per record (each a key in RocksDB's memtable and
+/// index), nor one huge value.
+const CHUNK_BYTES: usize = 1 << 20;
+/// A record's head in its chunk: timestamp (8), key length (4), value length (4).
+const RECORD_HEAD: usize = 16;
 
 /// One record, as read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LogRecord {
     pub offset: u64,
-    /// Milliseconds since the epoch, as the writer stamped it.
+    /// Milliseconds since the epoch: the row's event time, as the writer gave it.
     pub timestamp: i64,
     pub key: Vec<u8>,
     /// Empty: a tombstone for `key`.
@@ -109,7 +114,9 @@ impl Log {
         }
         let mut opts = Options::default();
         opts.create_if_missing(true);
-        opts.set_compression_type(rocksdb::DBCompressionType::Lz4);
+        // Rows are read back far more often than they sit on disk long: compressing every flush
+        // cost more CPU (LZ4 was a twentieth of a three-flow project's) than the space saves.
+        opts.set_compression_type(rocksdb::DBCompressionType::None);
         let db = DB::open(&opts, &path).map_err(|e| LogError::Db { path: path.clone(), source: e })?;
         let log = Arc::new(Self::over(db, path.clone(), table)?);
         logs.retain(|_, l| l.strong_count() > 0);
@@ -182,14 +189,13 @@ impl Log {
         }
     }
 
-    /// Appends `records` (key, value; an empty value is a tombstone) stamped `timestamp`, as
-    /// batch `batch` of `writer`, unless that writer already appended it.
+    /// Appends `records` (key, value, timestamp; an empty value is a tombstone) as batch
+    /// `batch` of `writer`, unless that writer already appended it.
     pub(crate) fn append<'r>(
         &self,
         writer: &str,
         batch: u64,
-        timestamp: i64,
-        records: impl IntoIterator<Item = (&'r [u8], &'r [u8])>,
+        records: impl IntoIterator<Item = (&'r [u8], &'r [u8], i64)>,
     ) -> Result<Appended, LogError> {
         // One appender at a time: the end is read and moved under the lock.
         let mut tail = self.tail();
@@ -199,20 +205,26 @@ impl Log {
         let first = tail.end;
         let mut end = first;
         let mut wb = WriteBatch::default();
-        let mut value = Vec::new();
-        for (key, row) in records {
-            value.clear();
-            value.extend_from_slice(&timestamp.to_be_bytes());
+        let mut chunk = Chunk::default();
+        for (key, row, timestamp) in records {
             let key_len = u32::try_from(key.len()).map_err(|_| self.corrupt("a key over 4 GiB".into()))?;
-            value.extend_from_slice(&key_len.to_be_bytes());
-            value.extend_from_slice(key);
-            value.extend_from_slice(row);
-            wb.put(record_key(end), &value);
+            let row_len = u32::try_from(row.len()).map_err(|_| self.corrupt("a row over 4 GiB".into()))?;
+            if chunk.full() {
+                wb.put(record_key(chunk.first), &chunk.bytes);
+                chunk = Chunk { first: end, ..Chunk::default() };
+            }
+            if chunk.count == 0 {
+                chunk.first = end;
+            }
+            chunk.push(timestamp, key_len, row_len, key, row);
             if self.table {
                 let k = prefixed(ROW, key);
                 if row.is_empty() { wb.delete(k) } else { wb.put(k, row) }
             }
             end += 1;
+        }
+        if chunk.count > 0 {
+            wb.put(record_key(chunk.first), &chunk.bytes);
         }
         wb.put(END, end.to_be_bytes());
         wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
@@ -227,43 +239,67 @@ impl Log {
 
     /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order.
     pub(crate) fn read(&self, from: u64, until: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
+        let mut out = Vec::new();
+        self.read_with(from, until, max, |offset, timestamp, key, value| {
+            out.push(LogRecord { offset, timestamp, key: key.to_vec(), value: value.to_vec() })
+        })?;
+        Ok(out)
+    }
+
+    /// [`Log::read`], handing each record (offset, timestamp, key, value) to `f` as it is
+    /// decoded, without copying it; returns how many there were.
+    pub(crate) fn read_with(
+        &self,
+        from: u64,
+        until: u64,
+        max: usize,
+        mut f: impl FnMut(u64, i64, &[u8], &[u8]),
+    ) -> Result<usize, LogError> {
         let start = self.start();
         if from < start {
             return Err(LogError::Trimmed { path: self.path.clone(), from, start });
         }
         let until = until.min(self.end());
-        let mut out = Vec::with_capacity((until.saturating_sub(from) as usize).min(max).min(1 << 16));
-        let first = record_key(from);
-        for item in self.db.iterator(IteratorMode::From(&first, Direction::Forward)) {
-            if out.len() >= max {
-                break;
-            }
+        let want = (until.saturating_sub(from) as usize).min(max);
+        if want == 0 {
+            return Ok(0);
+        }
+        // From the chunk that holds `from`: the last one starting at or before it.
+        let first = self.chunk_at(from)?;
+        let mut n = 0;
+        let mut next = from;
+        for item in self.db.iterator(IteratorMode::From(&record_key(first), Direction::Forward)) {
             let (k, v) = item.map_err(|e| self.err(e))?;
-            let Some(offset) = record_offset(&k) else { break };
-            if offset >= until {
-                break;
+            let Some(chunk_first) = record_offset(&k) else { break };
+            if chunk_first > next {
+                return Err(self.corrupt(format!("records {next}..{chunk_first} are missing")));
             }
-            let expected = from + out.len() as u64;
-            if offset != expected {
-                return Err(self.corrupt(format!("offset {expected} is missing (found {offset})")));
+            for (offset, r) in (chunk_first..).zip(ChunkIter::new(&v)) {
+                let (timestamp, key, value) =
+                    r.ok_or_else(|| self.corrupt(format!("the chunk at {chunk_first} is malformed")))?;
+                if offset >= next {
+                    f(offset, timestamp, key, value);
+                    n += 1;
+                    next = offset + 1;
+                    if n == want {
+                        return Ok(n);
+                    }
+                }
             }
-            out.push(self.decode(offset, &v)?);
         }
-        let expected = (until.saturating_sub(from) as usize).min(max);
-        if out.len() < expected {
-            return Err(self.corrupt(format!("records {}..{until} are missing", from + out.len() as u64)));
-        }
-        Ok(out)
+        Err(self.corrupt(format!("records {next}..{} are missing", from + want as u64)))
     }
 
-    fn decode(&self, offset: u64, v: &[u8]) -> Result<LogRecord, LogError> {
-        let bad = || self.corrupt(format!("record {offset} is malformed"));
-        let head = v.get(..RECORD_HEAD).ok_or_else(bad)?;
-        let timestamp = i64::from_be_bytes(head[..8].try_into().map_err(|_| bad())?);
-        let key_len = u32::from_be_bytes(head[8..12].try_into().map_err(|_| bad())?) as usize;
-        let key = v.get(RECORD_HEAD..RECORD_HEAD + key_len).ok_or_else(bad)?.to_vec();
-        let value = v[RECORD_HEAD + key_len..].to_vec();
-        Ok(LogRecord { offset, timestamp, key, value })
+    /// The first offset of the chunk holding `offset`.
+    fn chunk_at(&self, offset: u64) -> Result<u64, LogError> {
+        let key = record_key(offset);
+        match self.db.iterator(IteratorMode::From(&key, Direction::Reverse)).next() {
+            Some(item) => {
+                let (k, _) = item.map_err(|e| self.err(e))?;
+                Ok(record_offset(&k).unwrap_or(offset))
+            }
+            None => Ok(offset),
+        }
     }
 
     /// Waits up to `timeout` for the log to grow past `offset`, or for its last writer to
@@ -300,8 +336,11 @@ impl Log {
         if offset <= tail.start {
             return Ok(());
         }
+        // Whole chunks before the one holding `offset`; that one's records before it are past
+        // the start, never read.
+        let keep_from = self.chunk_at(offset)?;
         let mut wb = WriteBatch::default();
-        wb.delete_range(record_key(tail.start), record_key(offset));
+        wb.delete_range(record_key(0), record_key(keep_from));
         wb.put(START, offset.to_be_bytes());
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
@@ -312,22 +351,29 @@ impl Log {
         Ok(())
     }
 
-    /// Drops the records stamped before `cutoff` (epoch ms): time-based retention. Stamps only
-    /// grow along the log (each append is stamped when it is made), so the kept records are a
-    /// suffix.
+    /// Drops the records stamped before `cutoff` (epoch ms) from the start of the log, up to the
+    /// first that is not: time-based retention on the rows' event times, as Kafka's is on record
+    /// timestamps. A record out of order keeps those after it (the log only loses a prefix).
     pub(crate) fn retain_since(&self, cutoff: i64) -> Result<(), LogError> {
         let (start, end) = {
             let t = self.tail();
             (t.start, t.end)
         };
         let mut keep = start;
-        for item in self.db.iterator(IteratorMode::From(&record_key(start), Direction::Forward)) {
-            let (k, v) = item.map_err(|e| self.err(e))?;
-            let Some(offset) = record_offset(&k) else { break };
-            if offset >= end || self.decode(offset, &v)?.timestamp >= cutoff {
+        let mut done = false;
+        // Chunk by chunk, so a long log is not read into memory.
+        while !done && keep < end {
+            let before = keep;
+            self.read_with(keep, end, 4_096, |offset, timestamp, _, _| {
+                if !done && timestamp < cutoff {
+                    keep = offset + 1;
+                } else {
+                    done = true;
+                }
+            })?;
+            if keep == before {
                 break;
             }
-            keep = offset + 1;
         }
         self.trim_before(keep)
     }
@@ -346,6 +392,65 @@ impl Log {
             out.push((key.to_vec(), v.to_vec()));
         }
         Ok(out)
+    }
+}
+
+/// A run of consecutive records stored as one value under its first offset: each record its
+/// head (timestamp, key length, value length, big-endian) then its key and value.
+#[derive(Default)]
+struct Chunk {
+    first: u64,
+    count: usize,
+    bytes: Vec<u8>,
+}
+
+impl Chunk {
+    fn full(&self) -> bool {
+        self.bytes.len() >= CHUNK_BYTES
+    }
+
+    fn push(&mut self, timestamp: i64, key_len: u32, value_len: u32, key: &[u8], value: &[u8]) {
+        self.bytes.extend_from_slice(&timestamp.to_be_bytes());
+        self.bytes.extend_from_slice(&key_len.to_be_bytes());
+        self.bytes.extend_from_slice(&value_len.to_be_bytes());
+        self.bytes.extend_from_slice(key);
+        self.bytes.extend_from_slice(value);
+        self.count += 1;
+    }
+}
+
+/// A chunk's records in order; `None` for bytes that are not a whole record.
+struct ChunkIter<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> ChunkIter<'a> {
+    fn new(bytes: &'a [u8]) -> Self {
+        Self { rest: bytes }
+    }
+}
+
+impl<'a> Iterator for ChunkIter<'a> {
+    type Item = Option<(i64, &'a [u8], &'a [u8])>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let record = (|| {
+            let head = self.rest.get(..RECORD_HEAD)?;
+            let timestamp = i64::from_be_bytes(head[..8].try_into().ok()?);
+            let key_len = u32::from_be_bytes(head[8..12].try_into().ok()?) as usize;
+            let value_len = u32::from_be_bytes(head[12..16].try_into().ok()?) as usize;
+            let body = self.rest.get(RECORD_HEAD..RECORD_HEAD.checked_add(key_len)?.checked_add(value_len)?)?;
+            let (key, value) = body.split_at(key_len);
+            self.rest = &self.rest[RECORD_HEAD + key_len + value_len..];
+            Some((timestamp, key, value))
+        })();
+        if record.is_none() {
+            self.rest = &[];
+        }
+        Some(record)
     }
 }
 

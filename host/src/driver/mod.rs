@@ -124,6 +124,10 @@ pub(crate) struct RunOptions {
     /// (`weir bench --no-fsync`).
     pub fsync: bool,
     pub flush: Flush,
+    /// The run is a tenant of its Wasm runtime of its own, sharing the CPU fairly with the
+    /// others (`plugin/sandbox.rs`); false for a project's flows, which count as one tenant
+    /// (the project enters the runtime once for them all).
+    pub own_share: bool,
 }
 
 /// A run in progress: what the batch loops work with.
@@ -160,7 +164,7 @@ struct Run {
 /// raised, and returns the totals.
 pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
-    let _running = stages.runtime.as_ref().map(|r| r.enter_pipeline());
+    let _running = stages.runtime.as_ref().filter(|_| opts.own_share).map(|r| r.enter_pipeline());
     let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &opts)?;
     let mut progress = opts.progress;
     let mut batch_id = recovered.next_batch;

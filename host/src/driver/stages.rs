@@ -10,6 +10,7 @@ use std::sync::atomic::AtomicBool;
 use super::RunError;
 use crate::aggregate::Policy;
 use crate::expect::ExpectStage;
+use crate::ingest::DatasetRows;
 use crate::operator::Operator;
 use crate::operator::dedup::Deduplicate;
 use crate::operator::interval_join::IntervalJoin;
@@ -54,7 +55,10 @@ impl Stages {
         stop: &Arc<AtomicBool>,
     ) -> Result<Self, RunError> {
         let parsers = (0..p.parser_instances())
-            .map(|_| Ok(Box::new(Parser::new(runtime, p.parse.clone())?) as Box<dyn ParseFns>))
+            .map(|_| match &p.parse {
+                Some(spec) => Ok(Box::new(Parser::new(runtime, spec.clone())?) as Box<dyn ParseFns>),
+                None => Ok(Box::new(DatasetRows) as Box<dyn ParseFns>),
+            })
             .collect::<Result<_, PluginError>>()?;
         let transforms = p
             .transforms

@@ -93,6 +93,7 @@ fn run_native(p: &Pipeline, checkpoint: &std::path::Path, flush: Flush) -> (Capt
         stop,
         fsync: false,
         flush,
+        own_share: true,
     };
     let summary = run(p, stages, opts).unwrap();
     (rows, summary)

@@ -7,8 +7,10 @@
 //! parser instance, in chunks below the plugin's output cap that are joined back in order.
 
 mod ahead;
+mod dataset_rows;
 
 pub(crate) use ahead::{Ahead, Ask};
+pub(crate) use dataset_rows::DatasetRows;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;

@@ -188,10 +188,18 @@ impl IntervalJoin {
 
     /// The row of `left_row` (checked when it was taken in) joined with `right_row`, under
     /// their key.
-    fn emit(&self, key: &[u8], left_row: &[u8], right_row: &[u8], out: &mut Rows) -> Result<(), OperatorError> {
+    /// At the left event's time `time`.
+    fn emit(
+        &self,
+        key: &[u8],
+        time: i64,
+        left_row: &[u8],
+        right_row: &[u8],
+        out: &mut Rows,
+    ) -> Result<(), OperatorError> {
         let mut row = Vec::with_capacity(left_row.len() + right_row.len() + self.spec.field.len() + 4);
         self.join.splice(left_row, Some(right_row), &mut row);
-        Ok(out.push(key, &row)?)
+        Ok(out.push(key, &row, time)?)
     }
 }
 
@@ -326,8 +334,8 @@ impl Operator for IntervalJoin {
         for (key, t, _, r) in &new_right {
             if let Some(lefts) = self.left.get(key) {
                 let range = (t.saturating_sub(before), 0)..=(t.saturating_add(after), u64::MAX);
-                for l in lefts.range(range).map(|(_, l)| l) {
-                    self.emit(key, l, r, out)?;
+                for (&(lt, _), l) in lefts.range(range) {
+                    self.emit(key, lt, l, r, out)?;
                 }
             }
         }
@@ -341,7 +349,7 @@ impl Operator for IntervalJoin {
             if let Some(rights) = self.right.get(key) {
                 let range = (t.saturating_sub(after), 0)..=(t.saturating_add(before), u64::MAX);
                 for r in rights.range(range).map(|(_, r)| r) {
-                    self.emit(key, l, r, out)?;
+                    self.emit(key, *t, l, r, out)?;
                 }
             }
         }

@@ -28,7 +28,7 @@ impl Operator for PassThrough {
         let keys = columns::items(&events.keys, &events.key_ends);
         for (i, (row, key)) in columns::items(&events.rows, &events.row_ends).zip(keys).enumerate() {
             match json::check_object(row) {
-                Ok(()) => out.push(key, row)?,
+                Ok(()) => out.push(key, row, events.times[i])?,
                 Err(why) => set_aside.invalid.push((i as u32, why)),
             }
         }

@@ -32,7 +32,8 @@ pub(super) struct PipelineFile {
     pub(super) source: SourceFile,
     #[serde(default)]
     pub(super) trigger: TriggerFile,
-    pub(super) parse: StageFile,
+    /// Optional only when the source is a dataset (its rows are taken as they are).
+    pub(super) parse: Option<StageFile>,
     #[serde(default)]
     pub(super) transform: Vec<StageFile>,
     /// Data-quality expectations on the rows after the transforms.

@@ -413,7 +413,8 @@ pub(crate) struct Pipeline {
     pub name: String,
     pub source: SourceConfig,
     pub trigger: Trigger,
-    pub parse: StageSpec,
+    /// `None`: a dataset's rows, taken as they are (`ingest/dataset_rows.rs`).
+    pub parse: Option<StageSpec>,
     /// Parser instances, each parsing whole batches on a thread of its own ahead of the trigger
     /// loop (the events are the same as with one).
     pub parse_parallelism: usize,
@@ -450,7 +451,8 @@ impl Pipeline {
             ExpectCheck::Plugin(s) => Some(s),
             ExpectCheck::Rule(_) => None,
         });
-        std::iter::once(&self.parse)
+        self.parse
+            .iter()
             .chain(stream)
             .chain(&self.transforms)
             .chain(expect)

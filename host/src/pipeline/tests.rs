@@ -29,7 +29,7 @@ fn err(text: &str) -> String {
 fn a_good_file_resolves_paths_against_its_directory() {
     let p = Pipeline::parse(GOOD, Path::new("dir/p.toml")).unwrap();
     assert!(matches!(&p.source.kind, SourceKind::Replay { path, .. } if path == Path::new("dir/events.jsonl")));
-    assert_eq!(p.parse.component, Path::new("dir/p.wasm"));
+    assert_eq!(p.parse.expect("a parser").component, Path::new("dir/p.wasm"));
     let s = p.stateful.unwrap();
     assert_eq!(s.time.delay_ms, 600_000);
     let aggregate = s.keyed.plugin().unwrap();

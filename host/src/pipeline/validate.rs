@@ -220,11 +220,22 @@ fn build(
         }
     };
 
-    let parse_parallelism = f.parse.parallelism.unwrap_or(DEFAULT_PARSE_PARALLELISM);
+    let parse_parallelism = f.parse.as_ref().and_then(|p| p.parallelism).unwrap_or(DEFAULT_PARSE_PARALLELISM);
     if !(1..=MAX_PARSE_PARALLELISM).contains(&parse_parallelism) {
         return Err(invalid("parse.parallelism", format!("{parse_parallelism}: allowed 1 to {MAX_PARSE_PARALLELISM}")));
     }
-    let parse = stage("parse", f.parse)?;
+    let parse = match f.parse {
+        Some(p) => Some(stage("parse", p)?),
+        None if matches!(source.kind, SourceKind::Dataset(_)) => None,
+        None => {
+            return Err(invalid(
+                "parse",
+                "missing: name the parser that turns records into events, e.g. [parse] plugin = \"parser.wasm\" \
+                 (a flow reading a dataset may leave it out: the dataset's rows come with their keys and event times)"
+                    .into(),
+            ));
+        }
+    };
     let transforms = f
         .transform
         .into_iter()

@@ -165,7 +165,10 @@ pub(crate) fn plugins(fl: &Flow) -> Vec<String> {
         s.component.file_name().map_or_else(|| s.component.display().to_string(), |n| n.to_string_lossy().into_owned())
     };
     let p = &fl.pipeline;
-    let mut out = vec![format!("parse: {}", file(&p.parse))];
+    let mut out = match &p.parse {
+        Some(parse) => vec![format!("parse: {}", file(parse))],
+        None => Vec::new(),
+    };
     out.extend(p.transforms.iter().map(|t| format!("transform: {}", file(t))));
     if !p.expect.is_empty() {
         out.push(format!("expect: {}", p.expect.iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")));

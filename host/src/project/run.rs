@@ -66,6 +66,9 @@ pub(crate) fn run(p: &Project, runtime: &Arc<Runtime>, opts: FlowOptions) -> Res
         }
     }
     let ended = Arc::new(Ended::default());
+    // The project's flows are one tenant of the runtime: they share the CPU with other
+    // tenants, not with each other.
+    let _running = runtime.enter_pipeline();
     let mut threads = Vec::new();
     for fl in &p.flows {
         // Kafka-backed inputs of a bounded project are read once their writers are done.
@@ -85,6 +88,7 @@ pub(crate) fn run(p: &Project, runtime: &Arc<Runtime>, opts: FlowOptions) -> Res
             stop: opts.stop.clone(),
             fsync: opts.fsync,
             flush: opts.flush,
+            own_share: false,
         };
         let pipeline = fl.pipeline.clone();
         let writes = fl.writes.as_ref().and_then(|w| logs.get(w).cloned());

@@ -50,10 +50,12 @@ impl RowSink for LogSink {
             let why = format!("a row without a key: {}", String::from_utf8_lossy(&row[..row.len().min(200)]));
             return Err(SinkError::Unkeyed { dataset: self.dataset.clone(), why });
         }
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-        self.log.append(delivery.checkpoint, delivery.batch_id, now, records).map_err(SinkError::Log)?;
+        // Each record keeps its row's event time, for a downstream flow's watermark.
+        let timed = records.into_iter().zip(rows.times.iter().copied()).map(|((k, r), t)| (k, r, t));
+        self.log.append(delivery.checkpoint, delivery.batch_id, timed).map_err(SinkError::Log)?;
         if let Some(r) = self.retention {
+            let now =
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
             self.log.retain_since(now.saturating_sub(r.as_millis() as i64)).map_err(SinkError::Log)?;
         }
         Ok(())

@@ -26,13 +26,16 @@ pub(crate) use wasm::WasmSink;
 /// JSON object, and its key `keys[key_ends[i-1]..key_ends[i]]` (empty: none). The operator that
 /// made a row gave it its key: a window's is the window and its group key, a processor's the
 /// key it ran under, a stateless pipeline's the event's own (`docs/semantics.md`). An empty row
-/// is a tombstone: its key's entry no longer exists (`output.tombstones`).
+/// is a tombstone: its key's entry no longer exists (`output.tombstones`). `times[i]` is row
+/// `i`'s event time: its event's, a window's last millisecond, what a processor gave it, so a
+/// dataset keeps it and a flow reading the dataset needs no parser.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Rows {
     pub rows: Vec<u8>,
     pub row_ends: Vec<u32>,
     pub keys: Vec<u8>,
     pub key_ends: Vec<u32>,
+    pub times: Vec<i64>,
 }
 
 /// Where [`Rows`] stood, to [`Rows::truncate`] back to.
@@ -40,16 +43,18 @@ pub(crate) struct Rows {
 pub(crate) struct RowsMark(usize, usize, usize);
 
 impl Rows {
-    /// Appends a row under `key`; both columns checked before either grows.
-    pub(crate) fn push(&mut self, key: &[u8], row: &[u8]) -> Result<(), ColumnFull> {
+    /// Appends a row under `key` at event time `time`; both columns checked before either grows.
+    pub(crate) fn push(&mut self, key: &[u8], row: &[u8], time: i64) -> Result<(), ColumnFull> {
         columns::end_after(self.keys.len(), key.len())?;
         columns::push(&mut self.rows, &mut self.row_ends, row)?;
-        columns::push(&mut self.keys, &mut self.key_ends, key)
+        columns::push(&mut self.keys, &mut self.key_ends, key)?;
+        self.times.push(time);
+        Ok(())
     }
 
     /// Appends a tombstone for `key`.
-    pub(crate) fn push_tombstone(&mut self, key: &[u8]) -> Result<(), ColumnFull> {
-        self.push(key, b"")
+    pub(crate) fn push_tombstone(&mut self, key: &[u8], time: i64) -> Result<(), ColumnFull> {
+        self.push(key, b"", time)
     }
 
     pub(crate) fn len(&self) -> usize {
@@ -74,6 +79,7 @@ impl Rows {
         self.keys.truncate(m.1);
         self.row_ends.truncate(m.2);
         self.key_ends.truncate(m.2);
+        self.times.truncate(m.2);
     }
 }
 

@@ -74,17 +74,19 @@ impl LogSource {
     fn read(&mut self, end: u64, max: usize) -> Result<SourceBatch, LogError> {
         let n = end.saturating_sub(self.next).min(max as u64) as usize;
         let mut batch = SourceBatch::with_capacity(n.min(1 << 16), &mut self.spare);
-        // In chunks, so a batch's bytes stay under the cap without reading past it.
+        // A few thousand at a time, so a batch's bytes stay under the cap without reading far
+        // past it.
         while self.next < end && batch.len() < max && batch.bytes() < MAX_BATCH_BYTES {
             let want = (max - batch.len()).min(4_096);
-            let records = self.log.read(self.next, end, want)?;
-            if records.is_empty() {
+            let mut next = self.next;
+            let read = self.log.read_with(self.next, end, want, |offset, timestamp, key, value| {
+                let position = Position { stream: 0, partition: 0, offset: offset as i64, line: 0 };
+                batch.push(value, key, timestamp, position, []);
+                next = offset + 1;
+            })?;
+            self.next = next;
+            if read == 0 {
                 break;
-            }
-            for r in records {
-                let position = Position { stream: 0, partition: 0, offset: r.offset as i64, line: 0 };
-                batch.push(&r.value, &r.key, r.timestamp, position, []);
-                self.next = r.offset + 1;
             }
         }
         Ok(batch)

@@ -124,6 +124,7 @@ pub(in crate::cli) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> 
                 stop: stop.clone(),
                 fsync: true,
                 flush: Flush::AsConfigured { default: false },
+                own_share: true,
             };
             let (p, runtime, stop) = (args.pipeline.clone(), runtime.clone(), stop.clone());
             Some(std::thread::spawn(move || -> Result<()> {

@@ -90,6 +90,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
             stop: stop.clone(),
             fsync,
             flush: Flush::AsConfigured { default: flush },
+            own_share: true,
         };
         let summary = driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name));
         if let Some(w) = watcher {

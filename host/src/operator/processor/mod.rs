@@ -140,11 +140,13 @@ impl KeyedProcess {
             (true, false) => {}
             (false, _) => state.put(layout::key_entry(key), entry.encode()),
         }
-        for row in columns::items(&result.rows, &result.row_ends) {
-            out.push(key, row)?;
+        let mut last = i64::MIN;
+        for (row, &time) in columns::items(&result.rows, &result.row_ends).zip(&result.times) {
+            out.push(key, row, time)?;
+            last = last.max(time);
         }
         if self.spec.tombstones && had_state && entry.state.is_none() {
-            out.push_tombstone(key)?;
+            out.push_tombstone(key, events_up_to.unwrap_or(last))?;
         }
         Ok(Ok(()))
     }
@@ -243,7 +245,7 @@ impl KeyedProcess {
             state.delete(k);
             let Some(mut entry) = Self::entry(state, &key)? else { continue };
             if entry.state.take().is_some() && self.spec.tombstones {
-                out.push_tombstone(&key)?;
+                out.push_tombstone(&key, now)?;
             }
             let k = layout::key_entry(&key);
             if entry.is_empty() {
