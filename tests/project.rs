@@ -292,3 +292,60 @@ fn expectations_warn_drop_through_a_plugin_and_fail() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("expect[0].rule"));
 }
+
+/// `weir test` on a whole project: recorded events for the flow with a source of its own,
+/// expected rows for each dataset checked; a wrong expectation is a diff and exit 1.
+#[test]
+fn weir_test_runs_a_project_on_recorded_events_against_expected_datasets() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = medallion(dir.path(), &[]);
+    let recorded = dir.path().join("recorded");
+    std::fs::create_dir_all(&recorded).unwrap();
+    let events = dirty_orders(&recorded, 5_000, 9);
+    let r = reference(&events);
+    let expected = |name: &str, rows: &[String]| {
+        let f = dir.path().join(format!("{name}.expected.jsonl"));
+        std::fs::write(&f, rows.iter().map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+        format!("{name}={}", f.display())
+    };
+    let users: Vec<String> =
+        r.user_orders.iter().map(|(u, n)| format!("{{\"user_id\":{u:?},\"orders\":{n}}}")).collect();
+    let out = weir()
+        .arg("test")
+        .arg(&project)
+        .arg("--events")
+        .arg(format!("bronze={}", events.display()))
+        .args(["--expect", &expected("bronze", &r.bronze), "--expect", &expected("silver", &r.silver)])
+        .args(["--expect", &expected("user_orders", &users)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Nothing was written beside the project: the test ran in a scratch state directory.
+    assert!(!project.join(".weir").exists());
+
+    let wrong = weir()
+        .arg("test")
+        .arg(&project)
+        .arg("--events")
+        .arg(format!("bronze={}", events.display()))
+        .args(["--expect", &expected("silver", &r.bronze)])
+        .output()
+        .unwrap();
+    assert_eq!(wrong.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&wrong.stderr).contains("dataset silver differs"));
+
+    // Without --expect, every dataset's rows, tagged with the dataset.
+    let all = ok(weir()
+        .arg("test")
+        .arg(&project)
+        .arg("--events")
+        .arg(format!("bronze={}", events.display()))
+        .output()
+        .unwrap());
+    let lines = String::from_utf8_lossy(&all.stdout);
+    let silver = lines.lines().filter(|l| l.starts_with("{\"dataset\":\"silver\"")).count();
+    assert_eq!(silver, r.silver.len());
+    let bad = weir().arg("test").arg(&project).args(["--events", "gold-error-rate=x.jsonl"]).output().unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("those that do: bronze"));
+}

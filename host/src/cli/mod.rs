@@ -62,15 +62,16 @@ enum Command {
         flush: bool,
     },
     /// Run a pipeline over recorded events, deterministically, and print the rows that reach
-    /// its sink as JSON lines.
+    /// its sink as JSON lines. A project: --events FLOW=FILE for each flow with a source of its
+    /// own, --expect DATASET=FILE for each dataset to check.
     Test {
         pipeline: PathBuf,
         /// Recorded events (JSON lines: raw values, or envelopes; see docs/recorded-events.md).
-        #[arg(long)]
-        events: PathBuf,
+        #[arg(long, required = true)]
+        events: Vec<String>,
         /// Expected rows (JSON lines): exit 1 with a diff if the output differs (in any order).
         #[arg(long)]
-        expect: Option<PathBuf>,
+        expect: Vec<String>,
         /// Write the rows here instead of stdout.
         #[arg(long)]
         out: Option<PathBuf>,
@@ -325,6 +326,26 @@ fn dispatch(command: Command) -> Result<Exit> {
         Command::Graph { project, out } => project::graph(&project, out.as_deref()),
         Command::Query { project, table, key } => project::query(&project, &table, key.as_deref()),
         Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed, sink } => {
+            if crate::project::Project::file_at(&pipeline).is_some() {
+                if out.is_some() || restarts > 0 || sink.is_some() {
+                    return Err(exit::Usage(
+                        "--out, --restarts and --sink are for a pipeline; a project's test checks its datasets \
+                         (--expect DATASET=FILE)"
+                            .into(),
+                    )
+                    .into());
+                }
+                return project::test(&pipeline, &events, &expect, progress_json);
+            }
+            let [events] = events.as_slice() else {
+                return Err(exit::Usage("a pipeline's test takes one --events FILE".into()).into());
+            };
+            let expect = match expect.as_slice() {
+                [] => None,
+                [one] => Some(PathBuf::from(one)),
+                _ => return Err(exit::Usage("a pipeline's test takes at most one --expect FILE".into()).into()),
+            };
+            let events = PathBuf::from(events);
             let args = test::TestArgs { pipeline, events, expect, out, dead_letters, progress_json, sink_dir: sink };
             match test::test(&args)? {
                 Exit::Done if restarts > 0 => test::replay_safety(&args, restarts, restart_seed),

@@ -233,3 +233,102 @@ pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit>
     w.flush()?;
     Ok(Exit::Done)
 }
+
+/// `weir test PROJECT --events FLOW=FILE... [--expect DATASET=FILE...]`: the project in a scratch
+/// state directory, each flow with a source of its own reading its recorded events, flushed at
+/// the end; then each dataset's rows are printed (`{"dataset", "row"}` lines), or compared with
+/// the expected ones (exit 1 with a diff per dataset that differs).
+pub(super) fn test(path: &Path, events: &[String], expect: &[String], progress_json: bool) -> Result<Exit> {
+    let pairs = |args: &[String], what: &str| -> Result<BTreeMap<String, PathBuf>> {
+        args.iter()
+            .map(|a| match a.split_once('=') {
+                Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+                    Ok((name.to_string(), PathBuf::from(file)))
+                }
+                _ => Err(Usage(format!("--{what} {a}: a project's test takes NAME=FILE")).into()),
+            })
+            .collect()
+    };
+    let events = pairs(events, "events")?;
+    let expect = pairs(expect, "expect")?;
+    let file = Project::file_at(path).ok_or_else(|| Usage(format!("{}: not a project", path.display())))?;
+    let scratch = crate::driver::scratch_checkpoint()?;
+    let over = crate::project::Overrides { state: Some(scratch.path().to_path_buf()), events };
+    let p = Project::load_with(&file, &over)?;
+    // A flow reading Kafka of its own needs recorded events instead; a file is recorded already.
+    let missing: Vec<&str> = p
+        .flows
+        .iter()
+        .filter(|f| f.own_source && matches!(f.pipeline.source.kind, crate::pipeline::SourceKind::Kafka(_)))
+        .map(|f| f.name())
+        .collect();
+    if !missing.is_empty() {
+        return Err(Usage(format!(
+            "give recorded events for every flow with a source of its own: --events FLOW=FILE for {}",
+            missing.join(", ")
+        ))
+        .into());
+    }
+    for d in expect.keys() {
+        if !p.datasets.contains_key(d) {
+            return Err(Usage(format!("--expect {d}=...: the project has no dataset `{d}`")).into());
+        }
+    }
+    let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
+    let opts = run::FlowOptions {
+        progress_json,
+        human_every: None,
+        stop: Arc::new(AtomicBool::new(false)),
+        fsync: true,
+        flush: Flush::AsConfigured { default: true },
+    };
+    for (name, outcome) in run::run(&p, &runtime, opts)? {
+        outcome.map_err(anyhow::Error::from).with_context(|| format!("flow {name}"))?;
+    }
+    let mut exit = Exit::Done;
+    let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+    for d in p.datasets.values() {
+        let rows = dataset_rows(d)?;
+        match expect.get(&d.name) {
+            Some(file) => {
+                let want = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+                let got: String = rows.iter().map(|r| format!("{}\n", String::from_utf8_lossy(r))).collect();
+                let diff = super::test::diff_rows(&got, &want)?;
+                if !diff.is_empty() {
+                    eprintln!("dataset {} differs from {}:\n{diff}", d.name, file.display());
+                    exit = Exit::Mismatch;
+                }
+            }
+            None if expect.is_empty() => {
+                for r in rows {
+                    writeln!(
+                        w,
+                        "{{\"dataset\":{},\"row\":{}}}",
+                        serde_json::to_string(&d.name)?,
+                        String::from_utf8_lossy(&r)
+                    )?;
+                }
+            }
+            None => {}
+        }
+    }
+    w.flush()?;
+    Ok(exit)
+}
+
+/// A dataset's rows: a stream's every row in order, a table's current rows by key.
+fn dataset_rows(d: &crate::project::Dataset) -> Result<Vec<Vec<u8>>> {
+    let Storage::Embedded { dir } = &d.storage else {
+        bail!("dataset {} is in Kafka; a project's test reads embedded datasets", d.name)
+    };
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let log = Log::open_read_only(dir)?;
+    if d.kind == DatasetKind::Table {
+        return Ok(log.rows()?.into_iter().map(|(_, row)| row).collect());
+    }
+    let mut out = Vec::new();
+    log.read_with(log.start(), log.end(), usize::MAX, |_, _, _, value| out.push(value.to_vec()))?;
+    Ok(out)
+}

@@ -192,7 +192,7 @@ pub(super) fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
 }
 
 /// Compares rows as multisets of JSON values; returns a readable diff, empty when equal.
-fn diff_rows(got: &str, want: &str) -> Result<String> {
+pub(super) fn diff_rows(got: &str, want: &str) -> Result<String> {
     fn canon(text: &str, what: &str) -> Result<Vec<String>> {
         let mut v = Vec::new();
         for (i, line) in BufReader::new(text.as_bytes()).lines().enumerate() {

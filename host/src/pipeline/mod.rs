@@ -218,6 +218,9 @@ pub(crate) struct KafkaSinkConfig {
     pub transactional_id: String,
     /// `sink.key`: the row field whose value keys each message; `None`: the row's own key.
     pub key: Option<String>,
+    /// Each message's timestamp is its row's event time: set for a project's Kafka-backed
+    /// dataset, whose readers take event time from it.
+    pub event_time_stamps: bool,
 }
 
 /// Default batch size: large enough that per-batch costs (a plan, a commit, a call per stage)

@@ -625,6 +625,7 @@ fn sink_config(
                 transactional: s.transactional.unwrap_or(!continuous),
                 transactional_id,
                 key: key_field("sink.key", s.key, invalid)?,
+                event_time_stamps: false,
             }))
         }
     }

@@ -36,6 +36,14 @@ pub(crate) enum ProjectError {
     Graph { path: PathBuf, message: String },
 }
 
+/// What `weir test` changes of a project: where its state goes, and recorded events in place of
+/// some flows' sources (by flow name).
+#[derive(Debug, Default)]
+pub(crate) struct Overrides {
+    pub state: Option<PathBuf>,
+    pub events: BTreeMap<String, PathBuf>,
+}
+
 /// Where a dataset's records live.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Storage {
@@ -68,6 +76,8 @@ pub(crate) struct Flow {
     /// Datasets it reads: its source, a join's table or other stream.
     pub reads: Vec<String>,
     pub writes: Option<String>,
+    /// Its own source is outside the project (not a dataset).
+    pub own_source: bool,
     /// The checkpoint directory, under the project's state.
     pub checkpoint: PathBuf,
 }
@@ -106,6 +116,11 @@ impl Project {
     }
 
     pub(crate) fn load(path: &Path) -> Result<Self, ProjectError> {
+        Self::load_with(path, &Overrides::default())
+    }
+
+    /// [`Project::load`], with the state directory and some flows' sources replaced (`weir test`).
+    pub(crate) fn load_with(path: &Path, over: &Overrides) -> Result<Self, ProjectError> {
         let read =
             |p: &Path| std::fs::read_to_string(p).map_err(|e| PipelineError::Read { path: p.to_path_buf(), source: e });
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
@@ -121,7 +136,10 @@ impl Project {
             return Err(invalid("name", format!("`{}`: use letters, digits, `-` and `_`", f.name)).into());
         }
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        let state = base.join(f.state.unwrap_or_else(|| PathBuf::from(".weir")));
+        let state = match &over.state {
+            Some(s) => s.clone(),
+            None => base.join(f.state.unwrap_or_else(|| PathBuf::from(".weir"))),
+        };
         let datasets = f
             .datasets
             .into_iter()
@@ -139,6 +157,18 @@ impl Project {
             let file = base.join(rel);
             let pipeline = Pipeline::load(&file)?;
             flows.push(flow(file, pipeline, &datasets, &state)?);
+        }
+        for (flow, events) in &over.events {
+            let with_own: Vec<String> = flows.iter().filter(|f| f.own_source).map(|f| f.name().to_string()).collect();
+            let Some(fl) = flows.iter_mut().find(|f| f.name() == flow && f.own_source) else {
+                return Err(graph(format!(
+                    "--events {flow}=...: no flow `{flow}` reads a source of its own (those that do: {})",
+                    with_own.join(", ")
+                )));
+            };
+            fl.pipeline.source.kind =
+                SourceKind::Replay { path: events.clone(), format: crate::pipeline::ReplayFormat::Auto };
+            fl.pipeline.trigger = Trigger::AvailableNow;
         }
         let mut names = BTreeSet::new();
         for fl in &flows {
@@ -280,7 +310,8 @@ fn flow(
         .into());
     }
     let checkpoint = state.join("flows").join(&pipeline.name);
-    Ok(Flow { file, pipeline, reads, writes, checkpoint })
+    let own_source = external(&pipeline);
+    Ok(Flow { file, pipeline, reads, writes, own_source, checkpoint })
 }
 
 /// A table takes keyed rows only: a flow feeding one must key its rows (a window, a processor,
@@ -374,6 +405,7 @@ fn resolve(fl: &mut Flow, datasets: &BTreeMap<String, Dataset>, bounded: bool) {
                     transactional: *transactional && !continuous,
                     transactional_id,
                     key: key.clone(),
+                    event_time_stamps: true,
                 }));
             }
         }

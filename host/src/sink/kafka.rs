@@ -13,6 +13,10 @@
 //! *its own checkpoint* already there. Messages of other checkpoints (a replay from a fresh
 //! checkpoint, another pipeline sharing the topic) are other rows and never make it skip.
 //!
+//! Writing a project's Kafka-backed dataset, each message's timestamp is its row's event time
+//! (`Rows::times`), so a flow reading the dataset gets it back; other sinks leave the timestamp
+//! to the producer (a topic's time-based retention would drop historical event times at once).
+//!
 //! Non-transactional (continuous mode, or brokers without transactions): an idempotent producer,
 //! at-least-once, with the header to dedupe on. With micro-batches a batch counts as delivered
 //! once every message is acknowledged. In continuous mode nothing waits for acknowledgements
@@ -123,6 +127,8 @@ pub(crate) struct KafkaSink {
     topic: String,
     /// `sink.key`: the row field whose value keys each message, instead of the row's own key.
     key_field: Option<String>,
+    /// Stamp each message with its row's event time (a project's dataset).
+    event_time_stamps: bool,
     /// Connection options, for the start-up scan's consumer.
     options: Vec<(String, String)>,
     transactional: bool,
@@ -146,6 +152,7 @@ impl KafkaSink {
             sent: 0,
             topic: cfg.topic.clone(),
             key_field: cfg.key.clone(),
+            event_time_stamps: cfg.event_time_stamps,
             options: connection_options(&cfg.options),
             transactional: cfg.transactional,
             lazy_acks: continuous && !cfg.transactional,
@@ -173,7 +180,7 @@ impl KafkaSink {
 
     fn produce(&mut self, d: &Delivery, rows: &Rows) -> Result<(), RdError> {
         let id = d.batch_id.to_string();
-        for (key, row) in rows.iter() {
+        for ((key, row), &time) in rows.iter().zip(&rows.times) {
             let headers = OwnedHeaders::new()
                 .insert(Header { key: CHECKPOINT_HEADER, value: Some(d.checkpoint) })
                 .insert(Header { key: BATCH_HEADER, value: Some(id.as_str()) });
@@ -192,6 +199,10 @@ impl KafkaSink {
             }
             if !row.is_empty() {
                 record = record.payload(row);
+            }
+            // Kafka has no time before the epoch: such a row keeps the producer's.
+            if self.event_time_stamps && time >= 0 {
+                record = record.timestamp(time);
             }
             loop {
                 match self.producer.send(record) {
