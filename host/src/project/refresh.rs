@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{Project, Storage};
+use crate::checkpoint::CheckpointDir;
 
 /// The plan's file, in the state directory.
 const PLAN: &str = "refresh.json";
@@ -27,6 +28,8 @@ pub(crate) enum RefreshError {
          Weir does not delete; delete and recreate the topic, then refresh again"
     )]
     Kafka { dataset: String, downstream: String, topic: String },
+    #[error("--full-refresh: a flow it would reset is running; stop the project first")]
+    Running(#[source] crate::checkpoint::CheckpointError),
     #[error("cannot reset {}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
     #[error("{}: not a refresh plan Weir wrote ({source}); finish it by hand (delete what it lists) or remove it", path.display())]
@@ -75,13 +78,23 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
             None => {}
         }
     }
+    let mut flows = Vec::new();
     for fl in &p.flows {
         let touches =
             fl.writes.as_ref().is_some_and(|w| datasets.contains(w)) || fl.reads.iter().any(|r| datasets.contains(r));
         if touches {
-            remove.push(fl.checkpoint.clone());
+            flows.push(fl.checkpoint.clone());
         }
     }
+    // A running flow holds its checkpoint's lock: held here until the plan is carried out, so
+    // no flow of the refresh starts (or still runs) while its files go.
+    let _held = flows
+        .iter()
+        .filter(|dir| dir.exists())
+        .map(|dir| CheckpointDir::lock(dir).map(|(held, _)| held))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(RefreshError::Running)?;
+    remove.extend(flows);
     let plan = Plan { datasets: datasets.into_iter().collect(), remove };
     write_plan(&p.state, &plan)?;
     carry_out(&p.state, &plan)?;

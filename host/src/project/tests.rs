@@ -119,6 +119,12 @@ fn a_refresh_a_crash_interrupted_is_finished_at_the_next_start() {
     assert!(!p.state.join("datasets/b").exists() && !p.state.join("flows/silver").exists());
     assert!(p.state.join("datasets/a").exists() && p.state.join("flows/bronze").exists());
     assert!(!p.state.join("refresh.json").exists());
+    // Not while a flow it would reset runs (it holds its checkpoint's lock): nothing goes.
+    let running = crate::checkpoint::CheckpointDir::lock(&p.state.join("flows/bronze")).unwrap();
+    assert!(matches!(refresh::full_refresh(&p, "a"), Err(refresh::RefreshError::Running(_))));
+    assert!(p.state.join("datasets/a").exists() && p.state.join("flows/bronze/data").exists());
+    assert!(!p.state.join("refresh.json").exists());
+    drop(running);
     // And a refresh run whole resets what is downstream, and nothing upstream.
     std::fs::create_dir_all(p.state.join("datasets/b")).unwrap();
     assert_eq!(refresh::full_refresh(&p, "a").unwrap(), vec!["a".to_string(), "b".to_string()]);
