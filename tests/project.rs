@@ -54,6 +54,14 @@ fn the_medallion_matches_a_naive_reference_dataset_by_dataset() {
     assert!(dot.contains("\"dataset:silver\" -> \"flow:gold-error-rate\""), "{dot}");
     assert!(dot.contains("window, aggregate: error_rate.wasm"), "{dot}");
     assert!(dot.contains(&format!("{} rows", r.silver.len())), "{dot}");
+    // Written to a file, and rendered beside it by Graphviz (which `cargo xtask setup` installs).
+    let out = ok(weir().arg("graph").arg(&project).arg("--out").arg(dir.path().join("graph.dot")).output().unwrap());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("graph.svg"), "{}", String::from_utf8_lossy(&out.stderr));
+    let svg = std::fs::read_to_string(dir.path().join("graph.svg")).unwrap();
+    assert!(
+        svg.contains("<svg") && (svg.contains("gold&#45;error&#45;rate") || svg.contains("gold-error-rate")),
+        "{svg}"
+    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
-//! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB; a Python
+//! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB; Graphviz; a Python
 //!   environment with the pinned componentize-py, in `~/.cache/weir-tools`).
 //! - `build`: the host and every plugin in release mode, the Python ones with `weir build`;
 //!   components land in `plugins/dist/`, where pipeline files find them whatever
@@ -87,8 +87,9 @@ fn setup() -> Result<()> {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
     }
     // RocksDB's bindings need libclang (libclang-dev; the image's libclang-cpp is another
-    // library) and building it needs clang or g++.
-    const PACKAGES: [&str; 3] = ["clang", "libclang-dev", "g++"];
+    // library) and building it needs clang or g++. Graphviz renders `weir graph`'s SVG, which
+    // the project tests check.
+    const PACKAGES: [&str; 4] = ["clang", "libclang-dev", "g++", "graphviz"];
     let installed = |p: &str| {
         Command::new("dpkg-query")
             .args(["-W", "-f=${Status}", p])
