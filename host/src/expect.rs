@@ -226,9 +226,11 @@ impl Checker {
         Self { rule, paths }
     }
 
-    /// Whether `row` meets the rule; a row that is not a JSON object does not.
+    /// Whether `row` meets the rule; a row that is not one line of a JSON object does not
+    /// (the same check a stateless pipeline makes of its output rows, `operator/passthrough.rs`,
+    /// which then need not make it again).
     pub(crate) fn check(&self, row: &[u8]) -> bool {
-        match crate::json::fields(row, &self.paths) {
+        match crate::json::check_object_for(row, &self.paths) {
             Ok([raw]) => self.rule.holds(raw),
             Err(_) => false,
         }
@@ -311,6 +313,8 @@ mod tests {
         assert!(!holds("status > 3", row));
         assert!(!holds("missing > 3", row));
         assert!(!holds("amount > 0", "not json"));
+        // Nor a row that is JSON but not one line: the check a stateless pipeline's output needs.
+        assert!(!holds("amount > 0", "{\"amount\":\n1}"));
     }
 
     #[test]

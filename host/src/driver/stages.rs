@@ -91,9 +91,9 @@ impl Stages {
                     let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
                     Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
                 }
-                Keyed::Rows => Box::new(PassThrough),
+                Keyed::Rows => Box::new(PassThrough { checked: p.rows_checked() }),
             },
-            None => Box::new(PassThrough),
+            None => Box::new(PassThrough { checked: p.rows_checked() }),
         };
         let keyed = match (&p.join, &p.stateful) {
             // An interval join is the operator its rows leave (validation keeps windows and

@@ -226,7 +226,7 @@ mod tests {
             let dir = tempfile::tempdir().unwrap();
             let mut state = StateStore::open(dir.path()).unwrap();
             let spec = Dedup { field: by_field.then(|| "id".to_string()), within_ms: within };
-            let mut op = Deduplicate::new(spec, Box::new(PassThrough));
+            let mut op = Deduplicate::new(spec, Box::new(PassThrough { checked: false }));
             op.open(&mut state, None).unwrap();
             let mut bounds: Vec<usize> = cuts.into_iter().filter(|&c| c < events.len()).collect();
             bounds.insert(0, 0);

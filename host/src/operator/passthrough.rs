@@ -2,7 +2,9 @@
 //! under the event's key.
 //! Nothing is held, so nothing is ever late and nothing waits for the watermark. Rows leave Weir
 //! here, so each is checked to be valid JSON (`json::check_object`); one that is not is a dead
-//! letter, never output.
+//! letter, never output. A pipeline whose expectations drop (or fail on) every row that is not
+//! one has had each row checked already, in the same scan as its rule (`expect.rs`): no second
+//! check then.
 
 use super::{Advanced, Opened, Operator, OperatorError, Processed};
 use crate::plugin::EventBatch;
@@ -10,7 +12,10 @@ use crate::sink::Rows;
 use crate::state::StateStore;
 use crate::{columns, json};
 
-pub(crate) struct PassThrough;
+pub(crate) struct PassThrough {
+    /// Every row reaching here was checked by an expectation's scan.
+    pub(crate) checked: bool,
+}
 
 impl Operator for PassThrough {
     fn open(&mut self, _: &mut StateStore, _: Option<u32>) -> Result<Opened, OperatorError> {
@@ -27,6 +32,10 @@ impl Operator for PassThrough {
         let mut set_aside = Processed::default();
         let keys = columns::items(&events.keys, &events.key_ends);
         for (i, (row, key)) in columns::items(&events.rows, &events.row_ends).zip(keys).enumerate() {
+            if self.checked {
+                out.push(key, row, events.times[i])?;
+                continue;
+            }
             match json::check_object(row) {
                 Ok(()) => out.push(key, row, events.times[i])?,
                 Err(why) => set_aside.invalid.push((i as u32, why)),

@@ -463,6 +463,17 @@ impl Pipeline {
             .chain(sink)
     }
 
+    /// Whether every row that reaches the operator was checked to be one line of a JSON object:
+    /// a rule expectation that drops or fails on what it refuses scans each row whole. Not with
+    /// a join, whose rows take in another source's.
+    pub(crate) fn rows_checked(&self) -> bool {
+        self.join.is_none()
+            && self
+                .expect
+                .iter()
+                .any(|e| matches!(e.check, ExpectCheck::Rule(_)) && e.on_violation != crate::expect::OnViolation::Warn)
+    }
+
     /// Whether any stage sets `limits.fuel` (the Wasm runtime must then meter fuel).
     pub(crate) fn uses_fuel(&self) -> bool {
         self.stages().any(|s| s.limits.fuel.is_some())
