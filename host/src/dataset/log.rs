@@ -61,6 +61,7 @@ const CHUNK_BYTES: usize = 1 << 20;
 const RECORD_HEAD: usize = 16;
 
 /// One record, as read.
+#[cfg(test)]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct LogRecord {
     pub offset: u64,
@@ -85,6 +86,9 @@ struct Tail {
     start: u64,
     end: u64,
     writers: usize,
+    /// The appender's chunk buffer, kept between appends: a fresh one's pages would be
+    /// faulted in, zeroed, every batch.
+    chunk: Vec<u8>,
 }
 
 pub(crate) struct Log {
@@ -133,14 +137,19 @@ impl Log {
     }
 
     fn over(db: DB, path: PathBuf, table: bool) -> Result<Log, LogError> {
-        let mut log =
-            Log { db, path, table, tail: Mutex::new(Tail { start: 0, end: 0, writers: 0 }), grew: Condvar::new() };
+        let mut log = Log {
+            db,
+            path,
+            table,
+            tail: Mutex::new(Tail { start: 0, end: 0, writers: 0, chunk: Vec::new() }),
+            grew: Condvar::new(),
+        };
         let start = log.counter(START)?;
         let end = log.counter(END)?;
         if start > end {
             return Err(log.corrupt(format!("starts at {start}, after its end {end}")));
         }
-        log.tail = Mutex::new(Tail { start, end, writers: 0 });
+        log.tail = Mutex::new(Tail { start, end, writers: 0, chunk: Vec::new() });
         Ok(log)
     }
 
@@ -190,11 +199,13 @@ impl Log {
     }
 
     /// Appends `records` (key, value, timestamp; an empty value is a tombstone) as batch
-    /// `batch` of `writer`, unless that writer already appended it.
+    /// `batch` of `writer`, unless that writer already appended it. `bytes`: about how many
+    /// bytes of keys and values they hold (the write is sized for it once, not grown by copies).
     pub(crate) fn append<'r>(
         &self,
         writer: &str,
         batch: u64,
+        bytes: usize,
         records: impl IntoIterator<Item = (&'r [u8], &'r [u8], i64)>,
     ) -> Result<Appended, LogError> {
         // One appender at a time: the end is read and moved under the lock.
@@ -204,27 +215,40 @@ impl Log {
         }
         let first = tail.end;
         let mut end = first;
-        let mut wb = WriteBatch::default();
-        let mut chunk = Chunk::default();
+        let records = records.into_iter();
+        let heads = records.size_hint().0 * RECORD_HEAD;
+        // Chunks, their RocksDB keys and a table's rows: twice the bytes at most.
+        let mut wb = WriteBatch::with_capacity_bytes(if self.table { 2 } else { 1 } * (bytes + heads) + 4096);
+        // One chunk's buffer for the whole append (the batch copies each chunk in).
+        let mut chunk = std::mem::take(&mut tail.chunk);
+        chunk.clear();
+        chunk.reserve(CHUNK_BYTES.min(bytes + heads) + RECORD_HEAD);
+        let mut chunk_first = end;
         for (key, row, timestamp) in records {
             let key_len = u32::try_from(key.len()).map_err(|_| self.corrupt("a key over 4 GiB".into()))?;
             let row_len = u32::try_from(row.len()).map_err(|_| self.corrupt("a row over 4 GiB".into()))?;
-            if chunk.full() {
-                wb.put(record_key(chunk.first), &chunk.bytes);
-                chunk = Chunk { first: end, ..Chunk::default() };
+            if chunk.len() >= CHUNK_BYTES {
+                wb.put(record_key(chunk_first), &chunk);
+                chunk.clear();
+                chunk_first = end;
             }
-            if chunk.count == 0 {
-                chunk.first = end;
-            }
-            chunk.push(timestamp, key_len, row_len, key, row);
+            chunk.extend_from_slice(&timestamp.to_be_bytes());
+            chunk.extend_from_slice(&key_len.to_be_bytes());
+            chunk.extend_from_slice(&row_len.to_be_bytes());
+            chunk.extend_from_slice(key);
+            chunk.extend_from_slice(row);
             if self.table {
                 let k = prefixed(ROW, key);
                 if row.is_empty() { wb.delete(k) } else { wb.put(k, row) }
             }
             end += 1;
         }
-        if chunk.count > 0 {
-            wb.put(record_key(chunk.first), &chunk.bytes);
+        if !chunk.is_empty() {
+            wb.put(record_key(chunk_first), &chunk);
+        }
+        // Not kept after a record far larger than a chunk.
+        if chunk.capacity() <= 2 * CHUNK_BYTES {
+            tail.chunk = chunk;
         }
         wb.put(END, end.to_be_bytes());
         wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
@@ -237,7 +261,9 @@ impl Log {
         Ok(Appended::Written { first, end })
     }
 
-    /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order.
+    /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order,
+    /// copied out (the tests' view; the engine reads with [`Log::read_with`]).
+    #[cfg(test)]
     pub(crate) fn read(&self, from: u64, until: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
         let mut out = Vec::new();
         self.read_with(from, until, max, |offset, timestamp, key, value| {
@@ -246,8 +272,9 @@ impl Log {
         Ok(out)
     }
 
-    /// [`Log::read`], handing each record (offset, timestamp, key, value) to `f` as it is
-    /// decoded, without copying it; returns how many there were.
+    /// The records from `from` up to (not including) `until`, at most `max` of them, in offset
+    /// order, each (offset, timestamp, key, value) handed to `f` as it is decoded, without
+    /// copying it; returns how many there were.
     pub(crate) fn read_with(
         &self,
         from: u64,
@@ -397,28 +424,6 @@ impl Log {
 
 /// A run of consecutive records stored as one value under its first offset: each record its
 /// head (timestamp, key length, value length, big-endian) then its key and value.
-#[derive(Default)]
-struct Chunk {
-    first: u64,
-    count: usize,
-    bytes: Vec<u8>,
-}
-
-impl Chunk {
-    fn full(&self) -> bool {
-        self.bytes.len() >= CHUNK_BYTES
-    }
-
-    fn push(&mut self, timestamp: i64, key_len: u32, value_len: u32, key: &[u8], value: &[u8]) {
-        self.bytes.extend_from_slice(&timestamp.to_be_bytes());
-        self.bytes.extend_from_slice(&key_len.to_be_bytes());
-        self.bytes.extend_from_slice(&value_len.to_be_bytes());
-        self.bytes.extend_from_slice(key);
-        self.bytes.extend_from_slice(value);
-        self.count += 1;
-    }
-}
-
 /// A chunk's records in order; `None` for bytes that are not a whole record.
 struct ChunkIter<'a> {
     rest: &'a [u8],

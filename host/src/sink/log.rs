@@ -52,7 +52,8 @@ impl RowSink for LogSink {
         }
         // Each record keeps its row's event time, for a downstream flow's watermark.
         let timed = records.into_iter().zip(rows.times.iter().copied()).map(|((k, r), t)| (k, r, t));
-        self.log.append(delivery.checkpoint, delivery.batch_id, timed).map_err(SinkError::Log)?;
+        let bytes = rows.rows.len() + rows.keys.len();
+        self.log.append(delivery.checkpoint, delivery.batch_id, bytes, timed).map_err(SinkError::Log)?;
         if let Some(r) = self.retention {
             let now =
                 std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);

@@ -9,7 +9,7 @@ fn rows(n: std::ops::Range<u32>) -> Vec<(Vec<u8>, Vec<u8>)> {
 
 fn append(log: &Log, writer: &str, batch: u64, records: &[(Vec<u8>, Vec<u8>)]) -> Appended {
     let ts = 1_000 + batch as i64;
-    log.append(writer, batch, records.iter().map(|(k, v)| (k.as_slice(), v.as_slice(), ts))).expect("append")
+    log.append(writer, batch, 0, records.iter().map(|(k, v)| (k.as_slice(), v.as_slice(), ts))).expect("append")
 }
 
 fn values(records: &[LogRecord]) -> Vec<(u64, Vec<u8>, Vec<u8>)> {
