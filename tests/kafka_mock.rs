@@ -295,59 +295,68 @@ fn a_topic_written_in_transactions_is_read_exactly_through_its_markers() {
     assert_eq!(windows_of(&sink_rows(&out)), sliding_reference(&kept, 60_000, 60_000), "each window once");
 }
 
-/// The orders medallion (`tests/project.rs`) with its bronze and silver datasets in Kafka
-/// topics, written in transactions; the gold tables stay in the embedded log. (tansu, the other
-/// test broker, spins on records with headers, which every Weir message has.)
+/// The orders medallion (`tests/project.rs`) with every dataset in a Kafka topic, written in
+/// transactions: each checked against the reference through `weir query`, which reads the
+/// topics (a table folded by key); and `weir test` on the same project, which runs it on the
+/// embedded log instead. (tansu, the other test broker, spins on records with headers, which
+/// every Weir message has.)
 #[test]
 fn the_medallion_runs_with_kafka_backed_datasets() {
     use common::medallion::*;
-    use std::collections::BTreeMap;
     let cluster = MockCluster::new(1).unwrap();
-    for topic in ["medallion-bronze", "medallion-silver"] {
-        cluster.create_topic(topic, 1, 1).unwrap();
+    let datasets = [("bronze", "stream"), ("silver", "stream"), ("error_rate", "table"), ("user_orders", "table")];
+    // Two partitions each: a table's fold must follow each key to its partition.
+    for (d, _) in datasets {
+        cluster.create_topic(&format!("medallion-{d}"), 2, 1).unwrap();
     }
     let brokers = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
     let events = dirty_orders(dir.path(), 10_000, 3);
-    let kafka = |topic: &str| {
-        format!("storage = \"kafka\"\ntopic = \"{topic}\"\nkafka = {{ \"bootstrap.servers\" = \"{brokers}\" }}")
-    };
-    let project = medallion(
-        dir.path(),
-        &[
-            (
-                "weir.toml",
-                "[datasets.bronze]\nkind = \"stream\"",
-                &format!("[datasets.bronze]\n{}", kafka("medallion-bronze")),
-            ),
-            (
-                "weir.toml",
-                "[datasets.silver]\nkind = \"stream\"",
-                &format!("[datasets.silver]\n{}", kafka("medallion-silver")),
-            ),
-        ],
-    );
+    let edits: Vec<(String, String)> = datasets
+        .iter()
+        .map(|(d, kind)| {
+            let kafka = format!(
+                "storage = \"kafka\"\ntopic = \"medallion-{d}\"\nkafka = {{ \"bootstrap.servers\" = \"{brokers}\" }}"
+            );
+            (format!("[datasets.{d}]\nkind = \"{kind}\""), format!("[datasets.{d}]\nkind = \"{kind}\"\n{kafka}"))
+        })
+        .collect();
+    let edits: Vec<(&str, &str, &str)> = edits.iter().map(|(a, b)| ("weir.toml", a.as_str(), b.as_str())).collect();
+    let project = medallion(dir.path(), &edits);
     let out = ok(weir().arg("validate").arg(&project).output().unwrap());
     assert!(String::from_utf8_lossy(&out.stdout).contains("dataset bronze (stream, kafka topic medallion-bronze)"));
     ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
 
     let r = reference(&events);
-    let bronze =
-        read_topic(&brokers, "medallion-bronze", |m| m.len() >= r.bronze.len(), std::time::Duration::from_secs(60));
-    let values = |m: &[Out]| sorted(m.iter().map(|o| o.value.to_string()).collect());
-    let lines = |l: &[String]| {
-        sorted(l.iter().map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap().to_string()).collect())
-    };
-    assert_eq!(values(&bronze), lines(&r.bronze));
-    let silver =
-        read_topic(&brokers, "medallion-silver", |m| m.len() >= r.silver.len(), std::time::Duration::from_secs(60));
-    assert_eq!(values(&silver), lines(&r.silver));
-    let users: BTreeMap<String, u64> = query(&project, "user_orders")
-        .iter()
-        .map(|l| {
-            let v: serde_json::Value = serde_json::from_str(l).unwrap();
-            (v["user_id"].as_str().unwrap().to_string(), v["orders"].as_u64().unwrap())
-        })
-        .collect();
-    assert_eq!(users, r.user_orders);
+    // The topics hold each row once (a transactional reader's view), as weir query shows them.
+    let bronze = read_topic(&brokers, "medallion-bronze", |m| m.len() >= r.bronze.len(), Duration::from_secs(60));
+    assert_eq!(bronze.len(), r.bronze.len());
+    check_against_reference(&project, &r);
+    // Nothing of the project's was written to the embedded log.
+    assert!(!project.join(".weir/datasets").exists());
+    // A key's row, read from the topic; a key with none is exit 1.
+    let (user, orders) = r.user_orders.iter().next().unwrap();
+    let row = ok(weir().arg("query").arg(&project).arg("user_orders").arg(user.trim_matches('"')).output().unwrap());
+    let row: serde_json::Value = serde_json::from_slice(&row.stdout).unwrap();
+    assert_eq!(row["orders"].as_u64(), Some(*orders));
+    let none = weir().arg("query").arg(&project).arg("user_orders").arg("no-such-user").output().unwrap();
+    assert_eq!(none.status.code(), Some(1));
+
+    // weir test needs no broker: the cluster is gone, and the project's datasets are in the
+    // scratch state's embedded log.
+    drop(cluster);
+    let users: Vec<String> =
+        r.user_orders.iter().map(|(u, n)| format!("{{\"user_id\":{u:?},\"orders\":{n}}}")).collect();
+    let expected = dir.path().join("users.jsonl");
+    std::fs::write(&expected, users.join("\n") + "\n").unwrap();
+    let test = weir()
+        .arg("test")
+        .arg(&project)
+        .arg("--events")
+        .arg(format!("bronze={}", events.display()))
+        .arg("--expect")
+        .arg(format!("user_orders={}", expected.display()))
+        .output()
+        .unwrap();
+    assert!(test.status.success(), "{}", String::from_utf8_lossy(&test.stderr));
 }

@@ -17,7 +17,7 @@ use crate::driver::{Flush, Output, Stages};
 use crate::pipeline::{ExpectCheck, SinkConfig};
 use crate::plugin::Sink;
 use crate::project::graph::{self, Counts};
-use crate::project::{Project, Storage, refresh, run};
+use crate::project::{Project, Storage, read, refresh, run};
 
 /// The project at `path` (a directory with a `weir.toml`, or the file).
 pub(super) fn load(path: &Path) -> Result<Project> {
@@ -184,23 +184,9 @@ pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit>
         ))
         .into());
     }
-    let dir: PathBuf = match &d.storage {
-        Storage::Embedded { dir } => dir.clone(),
-        Storage::Kafka { topic, .. } => {
-            return Err(Usage(format!(
-                "table `{table}` is stored in Kafka topic {topic}; weir query reads embedded tables (read the \
-                 compacted topic with a consumer)"
-            ))
-            .into());
-        }
-    };
-    if !dir.exists() {
-        bail!("table `{table}` has no rows yet: the project has not written it ({} does not exist)", dir.display());
-    }
-    let log = Log::open_read_only(&dir)?;
     let mut w = std::io::BufWriter::new(std::io::stdout().lock());
     match key {
-        Some(k) => match log.row(k.as_bytes())? {
+        Some(k) => match read::row(d, k.as_bytes())? {
             Some(row) => {
                 w.write_all(&row)?;
                 w.write_all(b"\n")?;
@@ -210,25 +196,10 @@ pub(super) fn query(path: &Path, table: &str, key: Option<&str>) -> Result<Exit>
                 return Ok(Exit::Mismatch);
             }
         },
-        None if d.kind == DatasetKind::Table => {
-            for (_, row) in log.rows()? {
-                w.write_all(&row)?;
-                w.write_all(b"\n")?;
-            }
-        }
-        None => {
-            // A stream: every row kept, in offset order, read in chunks.
-            let (mut at, end) = (log.start(), log.end());
-            while at < end {
-                let records = log.read(at, end, 10_000)?;
-                let Some(last) = records.last() else { break };
-                at = last.offset + 1;
-                for r in records {
-                    w.write_all(&r.value)?;
-                    w.write_all(b"\n")?;
-                }
-            }
-        }
+        None => read::scan(d, &mut |_, row| {
+            w.write_all(row)?;
+            w.write_all(b"\n")
+        })?,
     }
     w.flush()?;
     Ok(Exit::Done)
@@ -253,7 +224,7 @@ pub(super) fn test(path: &Path, events: &[String], expect: &[String], progress_j
     let expect = pairs(expect, "expect")?;
     let file = Project::file_at(path).ok_or_else(|| Usage(format!("{}: not a project", path.display())))?;
     let scratch = crate::driver::scratch_checkpoint()?;
-    let over = crate::project::Overrides { state: Some(scratch.path().to_path_buf()), events };
+    let over = crate::project::Overrides { state: Some(scratch.path().to_path_buf()), events, embedded: true };
     let p = Project::load_with(&file, &over)?;
     // A flow reading Kafka of its own needs recorded events instead; a file is recorded already.
     let missing: Vec<&str> = p
@@ -316,19 +287,15 @@ pub(super) fn test(path: &Path, events: &[String], expect: &[String], progress_j
     Ok(exit)
 }
 
-/// A dataset's rows: a stream's every row in order, a table's current rows by key.
+/// A dataset's rows: a stream's every row in order, a table's current rows by key; none for a
+/// dataset no flow wrote.
 fn dataset_rows(d: &crate::project::Dataset) -> Result<Vec<Vec<u8>>> {
-    let Storage::Embedded { dir } = &d.storage else {
-        bail!("dataset {} is in Kafka; a project's test reads embedded datasets", d.name)
-    };
-    if !dir.exists() {
-        return Ok(Vec::new());
-    }
-    let log = Log::open_read_only(dir)?;
-    if d.kind == DatasetKind::Table {
-        return Ok(log.rows()?.into_iter().map(|(_, row)| row).collect());
-    }
     let mut out = Vec::new();
-    log.read_with(log.start(), log.end(), usize::MAX, |_, _, _, value| out.push(value.to_vec()))?;
-    Ok(out)
+    match read::scan(d, &mut |_, row| {
+        out.push(row.to_vec());
+        Ok(())
+    }) {
+        Ok(()) | Err(read::ReadError::NotWritten { .. }) => Ok(out),
+        Err(e) => Err(e.into()),
+    }
 }

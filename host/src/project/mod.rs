@@ -11,6 +11,7 @@
 
 mod file;
 pub(crate) mod graph;
+pub(crate) mod read;
 pub(crate) mod refresh;
 pub(crate) mod run;
 
@@ -36,12 +37,15 @@ pub(crate) enum ProjectError {
     Graph { path: PathBuf, message: String },
 }
 
-/// What `weir test` changes of a project: where its state goes, and recorded events in place of
-/// some flows' sources (by flow name).
+/// What `weir test` changes of a project: where its state goes, recorded events in place of
+/// some flows' sources (by flow name), and whether every dataset moves into the embedded log.
 #[derive(Debug, Default)]
 pub(crate) struct Overrides {
     pub state: Option<PathBuf>,
     pub events: BTreeMap<String, PathBuf>,
+    /// Every dataset in the embedded log under `state`, Kafka-backed ones too: a test runs the
+    /// project's logic on recorded events, with no broker.
+    pub embedded: bool,
 }
 
 /// Where a dataset's records live.
@@ -140,11 +144,16 @@ impl Project {
             Some(s) => s.clone(),
             None => base.join(f.state.unwrap_or_else(|| PathBuf::from(".weir"))),
         };
-        let datasets = f
+        let mut datasets = f
             .datasets
             .into_iter()
             .map(|(name, d)| dataset(name, d, &state, &invalid).map(|d| (d.name.clone(), d)))
             .collect::<Result<BTreeMap<_, _>, _>>()?;
+        if over.embedded {
+            for d in datasets.values_mut() {
+                d.storage = Storage::Embedded { dir: embedded_dir(&state, &d.name) };
+            }
+        }
         if f.flows.is_empty() {
             return Err(invalid(
                 "flows",
@@ -199,6 +208,11 @@ impl Project {
     }
 }
 
+/// Where a dataset's embedded log lives in the project's state.
+fn embedded_dir(state: &Path, dataset: &str) -> PathBuf {
+    state.join("datasets").join(dataset)
+}
+
 fn dataset(
     name: String,
     d: file::DatasetFile,
@@ -216,7 +230,7 @@ fn dataset(
             only("topic", d.topic.is_some(), "kafka")?;
             only("kafka", d.kafka.is_some(), "kafka")?;
             only("transactional", d.transactional.is_some(), "kafka")?;
-            Storage::Embedded { dir: state.join("datasets").join(&name) }
+            Storage::Embedded { dir: embedded_dir(state, &name) }
         }
         file::StorageFile::Kafka => {
             only("retention", d.retention.is_some(), "embedded")?;
