@@ -74,7 +74,21 @@ fn run(cmd: &mut Command) -> Result<()> {
 }
 
 fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut c = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // `cargo xtask` runs this binary with its own package's variables set (its manifest
+    // directory among them, which names the checkout). Build scripts that track them (ring's
+    // does) would take every new checkout for a change and rebuild, with all that depends on
+    // them: the builds below never see them.
+    for (name, _) in std::env::vars_os() {
+        let n = name.to_string_lossy();
+        if n.starts_with("CARGO_PKG_")
+            || n.starts_with("CARGO_MANIFEST_")
+            || ["CARGO_CRATE_NAME", "CARGO_BIN_NAME", "CARGO_PRIMARY_PACKAGE"].contains(&n.as_ref())
+        {
+            c.env_remove(&name);
+        }
+    }
+    c
 }
 
 fn have(cmd: &str, arg: &str) -> bool {
