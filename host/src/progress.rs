@@ -9,6 +9,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::plugin::metrics::Snapshot;
+use crate::source::Offsets;
 
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -33,7 +34,47 @@ pub(crate) struct Durations {
     pub total_ms: f64,
 }
 
-/// What one batch did.
+/// A source's part in a batch: Spark's `sources` entry.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SourceProgress {
+    pub description: String,
+    /// Where the batch began and ended reading (the plan's offsets).
+    pub start_offset: Offsets,
+    pub end_offset: Offsets,
+    /// The latest position the source knew of when it read the batch (`Source::latest`);
+    /// `null` for a file.
+    pub latest_offset: Option<Offsets>,
+    pub num_input_rows: usize,
+    /// Records between the batch's end and the latest offset, per partition.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub lag: BTreeMap<String, u64>,
+}
+
+/// The event times of a batch's events, epoch ms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct EventTimes {
+    pub min: i64,
+    pub max: i64,
+}
+
+impl EventTimes {
+    pub(crate) fn of(times: &[i64]) -> Option<Self> {
+        let min = *times.iter().min()?;
+        Some(Self { min, max: times.iter().copied().max().unwrap_or(min) })
+    }
+
+    /// The times of two batches together (continuous mode's report covers several).
+    pub(crate) fn merge(a: Option<Self>, b: Option<Self>) -> Option<Self> {
+        match (a, b) {
+            (Some(a), Some(b)) => Some(Self { min: a.min.min(b.min), max: a.max.max(b.max) }),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// What one batch did. Every count is this batch's; gauges (`watermark`, `stateKeys`,
+/// `stateBytes`) are as of its end; only `plugins` is cumulative, since the run began.
 #[derive(Debug, Default, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct BatchProgress {
@@ -67,6 +108,15 @@ pub(crate) struct BatchProgress {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flushed_to: Option<i64>,
     pub state_keys: u64,
+    /// The state store's live data and memtables, estimated by RocksDB.
+    pub state_bytes: u64,
+    /// The event times of this batch's events (before the operator): `eventTime` with the
+    /// watermark.
+    #[serde(skip)]
+    pub event_times: Option<EventTimes>,
+    /// The batch's source (micro-batch triggers; continuous mode reports none).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub sources: Vec<SourceProgress>,
     #[serde(rename = "durationMs")]
     pub durations: Durations,
     /// Each plugin stage's metrics so far (cumulative), by stage.
@@ -78,11 +128,30 @@ pub(crate) struct BatchProgress {
 #[serde(rename_all = "camelCase")]
 struct ProgressLine<'a> {
     name: &'a str,
+    /// The checkpoint's identity: the same across restarts (Spark's `id`).
+    id: &'a str,
+    /// This run's: new at every start (Spark's `runId`).
+    run_id: &'a str,
     timestamp: String,
+    /// The batch's rows over the time since the previous batch's report (the first: since the
+    /// run began), as Spark's input rate.
+    input_rows_per_second: f64,
+    /// The batch's rows over its own duration.
     processed_rows_per_second: f64,
     watermark_time: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event_time: Option<EventTimeLine>,
     #[serde(flatten)]
     batch: &'a BatchProgress,
+}
+
+/// Spark's `eventTime`: the batch's earliest and latest event time, and the watermark.
+#[derive(Serialize)]
+struct EventTimeLine {
+    min: String,
+    max: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watermark: Option<String>,
 }
 
 /// Totals of a run.
@@ -168,6 +237,10 @@ const LAST_RFC3339_MS: i64 = 253_402_300_799_999;
 /// Collects batch reports; prints them as configured.
 pub(crate) struct Progress {
     name: String,
+    id: String,
+    run_id: String,
+    /// When the previous batch was reported (or the run began).
+    last_batch: Instant,
     json: bool,
     human_every: Option<Duration>,
     last_line: Instant,
@@ -179,7 +252,22 @@ impl Progress {
     /// `json`: a JSON line per batch. `human_every`: a progress line at most this often.
     pub(crate) fn new(name: &str, json: bool, human_every: Option<Duration>) -> Self {
         let now = Instant::now();
-        Self { name: name.into(), json, human_every, last_line: now, started: now, total: Summary::default() }
+        Self {
+            name: name.into(),
+            id: String::new(),
+            run_id: uuid::Uuid::now_v7().to_string(),
+            last_batch: now,
+            json,
+            human_every,
+            last_line: now,
+            started: now,
+            total: Summary::default(),
+        }
+    }
+
+    /// The checkpoint's identity, once recovery has it.
+    pub(crate) fn identify(&mut self, id: &str) {
+        self.id = id.to_string();
     }
 
     pub(crate) fn batch(&mut self, b: &BatchProgress) {
@@ -197,13 +285,22 @@ impl Progress {
         for (name, n) in &b.expectations {
             *t.expectations.entry(name.clone()).or_default() += n;
         }
+        let since = std::mem::replace(&mut self.last_batch, Instant::now()).elapsed();
         let mut err = std::io::stderr().lock();
         if self.json {
             let line = ProgressLine {
                 name: &self.name,
+                id: &self.id,
+                run_id: &self.run_id,
                 timestamp: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                input_rows_per_second: rate(b.input_rows as u64, since.as_secs_f64()),
                 processed_rows_per_second: rate(b.input_rows as u64, b.durations.total_ms / 1e3),
                 watermark_time: b.watermark.map(show_time),
+                event_time: b.event_times.map(|t| EventTimeLine {
+                    min: show_time(t.min),
+                    max: show_time(t.max),
+                    watermark: b.watermark.map(show_time),
+                }),
                 batch: b,
             };
             if let Ok(s) = serde_json::to_string(&line) {
@@ -256,6 +353,17 @@ mod tests {
         assert_eq!(show_time(LAST_RFC3339_MS), "9999-12-31T23:59:59.999Z");
         assert_eq!(show_time(LAST_RFC3339_MS + 1), "253402300800000 ms");
         assert_eq!(show_time(i64::MAX - 600_000), format!("{} ms", i64::MAX - 600_000));
+    }
+
+    #[test]
+    fn event_times_span_their_batches() {
+        assert_eq!(EventTimes::of(&[]), None);
+        let a = EventTimes::of(&[5, 3, 9]);
+        assert_eq!(a, Some(EventTimes { min: 3, max: 9 }));
+        let b = EventTimes::of(&[1, 4]);
+        assert_eq!(EventTimes::merge(a, b), Some(EventTimes { min: 1, max: 9 }));
+        assert_eq!(EventTimes::merge(None, b), b);
+        assert_eq!(EventTimes::merge(a, None), a);
     }
 
     #[test]

@@ -235,6 +235,14 @@ impl StateStore {
         self.db.get(META).map_err(|e| self.err(e))
     }
 
+    /// Bytes of live data on disk and in memtables (estimated by RocksDB), for progress reports.
+    pub(crate) fn estimated_bytes(&self) -> u64 {
+        ["rocksdb.estimate-live-data-size", "rocksdb.cur-size-all-mem-tables"]
+            .iter()
+            .map(|p| self.db.property_int_value(*p).ok().flatten().unwrap_or(0))
+            .sum()
+    }
+
     /// Keys in the store (estimated by RocksDB), for progress reports.
     pub(crate) fn estimated_keys(&self) -> u64 {
         self.db.property_int_value("rocksdb.estimate-num-keys").ok().flatten().unwrap_or(0)

@@ -15,7 +15,7 @@ use crate::ingest::{Ahead, Ask, Ingest, Ingested, Parsed};
 use crate::isolate::{isolate, joined, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
 use crate::plugin::{BatchOutput, EventBatch, PluginError, TransformFns};
-use crate::progress::{BatchProgress, Durations, Progress};
+use crate::progress::{BatchProgress, Durations, Progress, SourceProgress};
 use crate::retry::sleep_unless;
 use crate::side_output::Failure;
 use crate::sink::{Delivery, Rows, SinkError};
@@ -66,6 +66,7 @@ impl Run {
             Trigger::ProcessingTime { .. } => 1,
             _ => ingest.parsers.len() as u64 + 1,
         };
+        let description = ingest.source.description();
         let mut ahead = Ahead::start(ingest)?;
         // What each outstanding ask is for: a re-run's plan, or a new batch.
         let mut asked: VecDeque<Option<Planned>> = VecDeque::new();
@@ -126,9 +127,17 @@ impl Run {
                 }
             };
             let waited = t0.elapsed() - plan_time;
-            let Ingested { batch, parsed, read_ms, parse_ms, .. } = ingested;
+            let Ingested { batch, parsed, read_ms, parse_ms, latest, .. } = ingested;
             let batch = batch.unwrap_or_default();
             let mut report = self.run_batch(*batch_id, &batch, parsed, &plan)?;
+            report.sources = vec![SourceProgress {
+                description: description.clone(),
+                lag: latest.as_ref().map(|l| plan.end.lag(l)).unwrap_or_default(),
+                start_offset: plan.start.clone(),
+                end_offset: plan.end.clone(),
+                latest_offset: latest,
+                num_input_rows: report.input_rows,
+            }];
             ahead.committed(&plan.end);
             ahead.recycle(batch);
             report.durations.read_ms = read_ms;
@@ -287,6 +296,7 @@ impl Run {
         self.expectations(batch_id, batch, &mut events, &mut report)?;
         d.transform_ms = ms(t);
         report.events = events.times.len();
+        report.event_times = crate::progress::EventTimes::of(&events.times);
 
         // The operator, under the failure policy like parse and transform: a failed call leaves
         // no trace (its staged state, its own notes and its rows are rolled back), so the parts
@@ -361,6 +371,7 @@ impl Run {
             self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
         report.rows_out = rows.len();
         report.state_keys = self.state.estimated_keys();
+        report.state_bytes = self.state.estimated_bytes();
         report.durations = d;
         Ok((rows, report))
     }

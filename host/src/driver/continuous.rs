@@ -95,6 +95,8 @@ impl Run {
                     since.events += report.events;
                     since.dead_letters += report.dead_letters;
                     since.rows_out += report.rows_out;
+                    since.event_times = crate::progress::EventTimes::merge(since.event_times, report.event_times);
+                    since.state_bytes = report.state_bytes;
                     since.durations.total_ms += ms(t0);
                 }
             }

@@ -45,6 +45,7 @@ struct Job {
     seq: u64,
     start: Offsets,
     end: Offsets,
+    latest: Option<Offsets>,
     batch: Option<SourceBatch>,
     read_ms: f64,
 }
@@ -115,6 +116,7 @@ impl Ahead {
                         seq,
                         start,
                         end: source.offsets(),
+                        latest: source.latest(),
                         batch,
                         read_ms: t.elapsed().as_secs_f64() * 1e3,
                     });
@@ -140,7 +142,7 @@ impl Ahead {
                             Ok(rx) => rx.recv(),
                             Err(_) => return,
                         };
-                        let Ok(Job { seq, start, end, batch, read_ms }) = job else { return };
+                        let Ok(Job { seq, start, end, latest, batch, read_ms }) = job else { return };
                         if quit.load(Ordering::Relaxed) {
                             return;
                         }
@@ -154,6 +156,7 @@ impl Ahead {
                         let ingested = parsed.map_err(IngestError::from).map(|(parsed, parse_ms)| Ingested {
                             start,
                             end,
+                            latest,
                             batch,
                             parsed,
                             read_ms,

@@ -44,6 +44,8 @@ pub(crate) struct Ingested {
     /// Where the source stood before and after reading it.
     pub start: Offsets,
     pub end: Offsets,
+    /// The latest position the source knew of after reading it (`Source::latest`).
+    pub latest: Option<Offsets>,
     /// `None`: the bounded input has ended.
     pub batch: Option<SourceBatch>,
     pub parsed: Parsed,

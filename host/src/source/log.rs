@@ -40,6 +40,11 @@ impl LogSource {
         self.next
     }
 
+    /// The log's end now.
+    pub(crate) fn end(&self) -> u64 {
+        self.log.end()
+    }
+
     pub(crate) fn name(&self) -> &str {
         &self.name
     }

@@ -10,6 +10,7 @@ pub(crate) mod kafka;
 pub(crate) mod log;
 pub(crate) mod replay;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -180,6 +181,27 @@ pub(crate) enum Offsets {
 }
 
 impl Offsets {
+    /// How far `latest` is ahead of this position, per partition (`topic/partition`, or the
+    /// dataset's `log`); records, never negative.
+    pub(crate) fn lag(&self, latest: &Offsets) -> BTreeMap<String, u64> {
+        match (self, latest) {
+            (Offsets::Kafka { partitions: at }, Offsets::Kafka { partitions: latest }) => at
+                .iter()
+                .map(|p| {
+                    let high = latest
+                        .iter()
+                        .find(|l| l.topic == p.topic && l.partition == p.partition)
+                        .map_or(p.offset, |l| l.offset);
+                    (format!("{}/{}", p.topic, p.partition), high.saturating_sub(p.offset).max(0) as u64)
+                })
+                .collect(),
+            (Offsets::Log { next }, Offsets::Log { next: end }) => {
+                BTreeMap::from([("log".into(), end.saturating_sub(*next))])
+            }
+            _ => BTreeMap::new(),
+        }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Offsets::Replay(_) => "replay",
@@ -292,6 +314,25 @@ impl Source {
     pub(crate) fn committed(&mut self, at: &Offsets) {
         if let (Source::Kafka(s), Offsets::Kafka { partitions }) = (self, at) {
             s.commit_group_offsets(partitions);
+        }
+    }
+
+    /// The latest position the source knows of, for progress: Kafka's high watermarks as last
+    /// seen, a dataset's end; `None` for a file (read to its end, as Spark's file source).
+    pub(crate) fn latest(&self) -> Option<Offsets> {
+        match self {
+            Source::Replay(_) => None,
+            Source::Kafka(s) => Some(Offsets::Kafka { partitions: s.latest() }),
+            Source::Log(s) => Some(Offsets::Log { next: s.end() }),
+        }
+    }
+
+    /// What the source reads, for progress (Spark's `description`).
+    pub(crate) fn description(&self) -> String {
+        match self {
+            Source::Replay(s) => format!("replay {}", s.path().display()),
+            Source::Kafka(s) => format!("kafka {}", s.topics().join(", ")),
+            Source::Log(s) => format!("dataset {}", s.name()),
         }
     }
 

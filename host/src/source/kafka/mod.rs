@@ -194,6 +194,21 @@ impl KafkaSource {
             .collect()
     }
 
+    /// Each partition's high watermark as the broker gave it last, never behind what was read:
+    /// the latest offsets for progress, without a round trip (a figure from earlier can only be
+    /// lower, so a lag from it errs low, by what arrived since the last look).
+    pub(crate) fn latest(&self) -> Vec<TopicOffset> {
+        self.parts
+            .iter()
+            .zip(&self.highs)
+            .map(|(p, &high)| TopicOffset {
+                topic: self.topics[p.stream as usize].clone(),
+                partition: p.partition,
+                offset: high.max(p.next),
+            })
+            .collect()
+    }
+
     /// Plans a batch (an end offset per partition) and reads it.
     pub(crate) fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, KafkaError> {
         let share = limit.records.div_ceil(self.parts.len().max(1)).max(1) as i64;
