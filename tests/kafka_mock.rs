@@ -430,4 +430,16 @@ fn progress_gives_offsets_lag_event_times_and_ids_in_spark_s_shape() {
     assert_ne!(second[0]["runId"], first[0]["runId"]);
     assert_eq!(second[0]["sources"][0]["startOffset"], first[first.len() - 1]["sources"][0]["endOffset"]);
     assert_eq!(check(&second, 2 * lines), lines);
+
+    // weir inspect --json: the checkpoint, its last commit, and the last batch's record as
+    // --progress-json printed it.
+    let out = ok(weir().arg("inspect").arg(dir.path().join("checkpoint")).arg("--json").output().unwrap());
+    let inspected: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let last = &second[second.len() - 1];
+    assert_eq!(&inspected["lastProgress"], last);
+    assert_eq!(inspected["id"], first[0]["id"]);
+    assert_eq!(inspected["lastCommit"]["batchId"], last["batchId"]);
+    assert_eq!(inspected["nextBatch"].as_u64(), last["batchId"].as_u64().map(|b| b + 1));
+    assert_eq!(inspected["position"], last["sources"][0]["endOffset"]);
+    assert!(inspected["lastCommit"]["ageMs"].as_i64() >= Some(0));
 }

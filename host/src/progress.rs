@@ -241,6 +241,9 @@ pub(crate) struct Progress {
     run_id: String,
     /// When the previous batch was reported (or the run began).
     last_batch: Instant,
+    /// Where the last batch's record is kept for `weir inspect --json` (the checkpoint's
+    /// `progress.json`).
+    keep: Option<std::path::PathBuf>,
     json: bool,
     human_every: Option<Duration>,
     last_line: Instant,
@@ -257,6 +260,7 @@ impl Progress {
             id: String::new(),
             run_id: uuid::Uuid::now_v7().to_string(),
             last_batch: now,
+            keep: None,
             json,
             human_every,
             last_line: now,
@@ -265,9 +269,11 @@ impl Progress {
         }
     }
 
-    /// The checkpoint's identity, once recovery has it.
-    pub(crate) fn identify(&mut self, id: &str) {
+    /// The checkpoint's identity, once recovery has it, and the checkpoint directory whose
+    /// `progress.json` keeps the last batch's record.
+    pub(crate) fn identify(&mut self, id: &str, checkpoint: &std::path::Path) {
         self.id = id.to_string();
+        self.keep = Some(checkpoint.join(PROGRESS_FILE));
     }
 
     pub(crate) fn batch(&mut self, b: &BatchProgress) {
@@ -287,7 +293,7 @@ impl Progress {
         }
         let since = std::mem::replace(&mut self.last_batch, Instant::now()).elapsed();
         let mut err = std::io::stderr().lock();
-        if self.json {
+        if self.json || self.keep.is_some() {
             let line = ProgressLine {
                 name: &self.name,
                 id: &self.id,
@@ -304,7 +310,12 @@ impl Progress {
                 batch: b,
             };
             if let Ok(s) = serde_json::to_string(&line) {
-                let _ = writeln!(err, "{s}");
+                if self.json {
+                    let _ = writeln!(err, "{s}");
+                }
+                if let Some(path) = &self.keep {
+                    keep(path, s.as_bytes());
+                }
             }
         }
         if let Some(every) = self.human_every
@@ -334,6 +345,23 @@ impl Progress {
         self.total.rows_per_s = rate(self.total.input_rows, self.total.elapsed_s);
         self.total.final_watermark = watermark;
         self.total
+    }
+}
+
+/// The last batch's progress record, in the checkpoint directory (`weir inspect --json`).
+pub(crate) const PROGRESS_FILE: &str = "progress.json";
+
+/// Replaces the kept record: written beside it and renamed over it, so a reader sees a whole
+/// one. Not synced: it is a report, not state (a crash may leave an older batch's). A failure is
+/// logged, never the batch's.
+fn keep(path: &std::path::Path, record: &[u8]) {
+    let next = path.with_extension("json.next");
+    // Never through a link planted where the file goes (`own_files.rs`).
+    let written = crate::own_files::open(&next, std::fs::OpenOptions::new().create(true).write(true).truncate(true))
+        .and_then(|mut f| f.write_all(record))
+        .and_then(|()| std::fs::rename(&next, path));
+    if let Err(e) = written {
+        tracing::warn!("cannot keep the progress record in {}: {e}", path.display());
     }
 }
 

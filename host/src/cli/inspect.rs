@@ -79,6 +79,58 @@ pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
     Ok(out)
 }
 
+/// `weir inspect --json`: what [`inspect`] says, as one object, with the last batch's progress
+/// record as `--progress-json` printed it (`lastProgress`, from the checkpoint's
+/// `progress.json`; `null` before a first batch) and the age of the last commit.
+pub(super) fn inspect_json(dir: &Path) -> Result<String> {
+    let (cp, meta) = CheckpointDir::existing(dir)?;
+    let state_dir = cp.state_dir();
+    let (last, state) = if state_dir.exists() {
+        let store = StateStore::open_read_only(&state_dir)?;
+        let last: Option<StateMeta> = match store.meta()? {
+            Some(b) => Some(
+                serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?,
+            ),
+            None => None,
+        };
+        let state = serde_json::json!({ "keys": store.estimated_keys(), "bytesOnDisk": dir_size(&state_dir) });
+        (last, state)
+    } else {
+        (None, serde_json::Value::Null)
+    };
+    let next = last.as_ref().map_or(0, |m| m.next_batch);
+    let committed = match next.checked_sub(1) {
+        Some(id) => cp.committed(id)?,
+        None => None,
+    };
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    let progress_file = dir.join(crate::progress::PROGRESS_FILE);
+    let last_progress: serde_json::Value = match std::fs::read(&progress_file) {
+        Ok(b) => serde_json::from_slice(&b).with_context(|| format!("{}", progress_file.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => serde_json::Value::Null,
+        Err(e) => return Err(e).with_context(|| format!("{}", progress_file.display())),
+    };
+    let out = serde_json::json!({
+        "checkpoint": dir.display().to_string(),
+        "id": meta.id,
+        "pipeline": meta.pipeline,
+        "fingerprint": meta.fingerprint,
+        "nextBatch": next,
+        "watermark": last.as_ref().map(|m| m.watermark.current),
+        "position": last.as_ref().map(|m| &m.source),
+        "expectationViolations": last.as_ref().map(|m| &m.expectations),
+        "pending": cp.planned(next)?.map(|p| serde_json::json!({ "batchId": next, "startOffset": p.start, "endOffset": p.end })),
+        "lastCommit": committed.map(|c| serde_json::json!({
+            "batchId": c.batch_id,
+            "committedAtMs": c.committed_at_ms,
+            "ageMs": now.saturating_sub(c.committed_at_ms),
+        })),
+        "state": state,
+        "lastProgress": last_progress,
+    });
+    Ok(serde_json::to_string_pretty(&out)?)
+}
+
 fn range(p: &Planned) -> String {
     let flush = if p.flush { " (end of input: flush)" } else { "" };
     format!("from {} to {}{flush}", offsets(&p.start), offsets(&p.end))

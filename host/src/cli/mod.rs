@@ -168,6 +168,10 @@ enum Command {
         /// How many recent batches to list.
         #[arg(long, default_value_t = 10)]
         batches: usize,
+        /// One JSON object: the checkpoint, its last commit and the last batch's progress
+        /// record (`--progress-json`'s shape).
+        #[arg(long)]
+        json: bool,
     },
     /// Capture a Kafka topic's records into the recorded-events format, for `weir test`.
     Record {
@@ -419,7 +423,11 @@ fn dispatch(command: Command) -> Result<Exit> {
             );
             Ok(Exit::Done)
         }
-        Command::Inspect { checkpoint, batches } => {
+        Command::Inspect { checkpoint, json: true, .. } => {
+            println!("{}", inspect::inspect_json(&checkpoint)?);
+            Ok(Exit::Done)
+        }
+        Command::Inspect { checkpoint, batches, json: false } => {
             print!("{}", inspect::inspect(&checkpoint, batches)?);
             Ok(Exit::Done)
         }

@@ -167,7 +167,7 @@ pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Resu
     let _running = stages.runtime.as_ref().filter(|_| opts.own_share).map(|r| r.enter_pipeline());
     let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &opts)?;
     let mut progress = opts.progress;
-    progress.identify(&run.identity);
+    progress.identify(&run.identity, &opts.checkpoint);
     let mut batch_id = recovered.next_batch;
     let result = match pipeline.trigger {
         Trigger::Continuous { checkpoint_interval } => run.continuous(
