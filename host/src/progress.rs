@@ -1,6 +1,7 @@
 //! Progress of a running pipeline: one record per batch (shaped like Spark's
 //! StreamingQueryProgress, printed as JSON with `--progress-json`), a periodic human line on
-//! long runs, and the totals at the end. All of it goes to stderr; stdout carries only rows.
+//! long runs, and the totals at the end. All of it goes to stderr; stdout carries only rows. The
+//! last batch's record is also kept in the checkpoint (`progress.json`) for `weir inspect --json`.
 
 use std::collections::BTreeMap;
 use std::io::Write;
