@@ -5,7 +5,7 @@
 //! the host's files: `plugin/grants.rs`; this is the second lock on the door.)
 
 use std::fs::{File, OpenOptions};
-use std::io;
+use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -21,6 +21,26 @@ pub(crate) fn open(path: &Path, options: &mut OpenOptions) -> io::Result<File> {
             e
         }
     })
+}
+
+/// Replaces `path` with `bytes`, all or nothing: written to a temporary name beside it and
+/// renamed over it, so a reader (or a restart after `kill -9`) sees the old file or the new one,
+/// never a torn one. `durable`: the file and its directory are synced first, so the new file
+/// also survives a machine crash.
+pub(crate) fn replace(path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    let mut f = open(&tmp, OpenOptions::new().create(true).write(true).truncate(true))?;
+    f.write_all(bytes)?;
+    if durable {
+        f.sync_all()?;
+    }
+    std::fs::rename(&tmp, path)?;
+    if let Some(dir) = path.parent().filter(|_| durable) {
+        File::open(if dir.as_os_str().is_empty() { Path::new(".") } else { dir })?.sync_all()?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -320,19 +320,8 @@ fn read_json<T: DeserializeOwned>(path: &Path) -> Result<Option<T>, CheckpointEr
 /// Write to a temporary name and rename over: all or nothing. `durable`: also sync the file and
 /// its directory first, so the write survives a machine crash, not only a process crash.
 fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> Result<(), CheckpointError> {
-    let tmp = path.with_extension("tmp");
     let bytes = serde_json::to_vec_pretty(value).map_err(|e| io_err(path, std::io::Error::other(e)))?;
-    let mut f = crate::own_files::open(&tmp, fs::OpenOptions::new().create(true).write(true).truncate(true))
-        .map_err(|e| io_err(&tmp, e))?;
-    f.write_all(&bytes).map_err(|e| io_err(&tmp, e))?;
-    if durable {
-        f.sync_all().map_err(|e| io_err(&tmp, e))?;
-    }
-    fs::rename(&tmp, path).map_err(|e| io_err(path, e))?;
-    if let Some(dir) = path.parent().filter(|_| durable) {
-        fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| io_err(dir, e))?;
-    }
-    Ok(())
+    crate::own_files::replace(path, &bytes, durable).map_err(|e| io_err(path, e))
 }
 
 #[cfg(test)]

@@ -8,7 +8,6 @@
 //! always completes and never half-applies.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -120,16 +119,9 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RefreshError + '_ {
 
 fn write_plan(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
     std::fs::create_dir_all(state).map_err(io(state))?;
-    let tmp = state.join(format!("{PLAN}.tmp"));
-    let text = serde_json::to_vec_pretty(plan).map_err(|e| RefreshError::Plan { path: tmp.clone(), source: e })?;
-    {
-        let mut f = std::fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(&text).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-    }
     let path = state.join(PLAN);
-    std::fs::rename(&tmp, &path).map_err(io(&path))?;
-    sync_dir(state)
+    let text = serde_json::to_vec_pretty(plan).map_err(|e| RefreshError::Plan { path: path.clone(), source: e })?;
+    crate::own_files::replace(&path, &text, true).map_err(io(&path))
 }
 
 fn carry_out(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
