@@ -235,6 +235,13 @@ pub(crate) fn show_time(ms: i64) -> String {
 /// The last instant RFC 3339 can write, in epoch milliseconds.
 const LAST_RFC3339_MS: i64 = 253_402_300_799_999;
 
+/// Where a batch's progress record (one JSON object) also goes, as it is made.
+pub(crate) trait Tap: Send + Sync {
+    fn record(&self, json: &str);
+    /// The run has recovered its checkpoint and begins its batches.
+    fn started(&self) {}
+}
+
 /// Collects batch reports; prints them as configured.
 pub(crate) struct Progress {
     name: String,
@@ -245,6 +252,8 @@ pub(crate) struct Progress {
     /// Where the last batch's record is kept for `weir inspect --json` (the checkpoint's
     /// `progress.json`).
     keep: Option<std::path::PathBuf>,
+    /// Also handed each batch's record (`weir serve`'s API and console).
+    tap: Option<std::sync::Arc<dyn Tap>>,
     json: bool,
     human_every: Option<Duration>,
     last_line: Instant,
@@ -262,6 +271,7 @@ impl Progress {
             run_id: uuid::Uuid::now_v7().to_string(),
             last_batch: now,
             keep: None,
+            tap: None,
             json,
             human_every,
             last_line: now,
@@ -275,6 +285,15 @@ impl Progress {
     pub(crate) fn identify(&mut self, id: &str, checkpoint: &std::path::Path) {
         self.id = id.to_string();
         self.keep = Some(checkpoint.join(PROGRESS_FILE));
+        if let Some(tap) = &self.tap {
+            tap.started();
+        }
+    }
+
+    /// Hands every batch's record to `tap` too.
+    pub(crate) fn tap(mut self, tap: std::sync::Arc<dyn Tap>) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     pub(crate) fn batch(&mut self, b: &BatchProgress) {
@@ -294,7 +313,7 @@ impl Progress {
         }
         let since = std::mem::replace(&mut self.last_batch, Instant::now()).elapsed();
         let mut err = std::io::stderr().lock();
-        if self.json || self.keep.is_some() {
+        if self.json || self.keep.is_some() || self.tap.is_some() {
             let line = ProgressLine {
                 name: &self.name,
                 id: &self.id,
@@ -316,6 +335,9 @@ impl Progress {
                 }
                 if let Some(path) = &self.keep {
                     keep(path, s.as_bytes());
+                }
+                if let Some(tap) = &self.tap {
+                    tap.record(&s);
                 }
             }
         }
