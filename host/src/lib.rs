@@ -9,7 +9,8 @@
 //! with `side_output` for dead letters and late events and `isolate` for failing plugins.
 //! `pipeline` reads the pipeline file; `progress` reports; `workload` makes the reference
 //! workload, and `native` is its logic as host code, the baseline the sandbox is measured
-//! against. `columns`, `retry` and `kafka` are helpers the others share.
+//! against. `columns`, `retry` and `kafka` are helpers the others share. `serve` hosts many tenants'
+//! pipelines in one process behind an HTTP API.
 
 mod aggregate;
 mod checkpoint;
@@ -30,6 +31,7 @@ mod plugin;
 mod progress;
 mod project;
 mod retry;
+mod serve;
 mod side_output;
 mod sink;
 mod source;

@@ -4,6 +4,7 @@
 mod bench;
 mod broker;
 mod build;
+mod client;
 mod demo;
 mod exit;
 mod inspect;
@@ -31,6 +32,12 @@ use exit::Exit;
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// The `weir serve` to talk to, for the service commands (deploy, list, status, ...).
+    #[arg(long, global = true, env = "WEIR_SERVER", value_name = "URL")]
+    server: Option<String>,
+    /// A file whose first line is your token, for the service commands.
+    #[arg(long, global = true, env = "WEIR_TOKEN_FILE", value_name = "FILE")]
+    token_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -162,6 +169,25 @@ enum Command {
     /// Print a project's table dataset, one row per line (or the row of KEY), beside a running
     /// project.
     Query { project: PathBuf, table: String, key: Option<String> },
+    /// Host many tenants' pipelines in one long-running process, behind an HTTP/JSON API and a
+    /// web console (docs/serve.md). Pipelines that were running resume from their checkpoints.
+    Serve {
+        /// Where the registry, the plugins, the tenants' files and checkpoints live.
+        #[arg(long)]
+        data: PathBuf,
+        /// Address to listen on (port 0 picks one; the chosen one is printed).
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// A file whose first line is the admin token (never give a token on the command line).
+        #[arg(long, value_name = "FILE")]
+        admin_token_file: PathBuf,
+        /// A `host:port` tenants' pipelines may connect to (Kafka brokers, plugin network and
+        /// HTTP grants); repeat for more. Nothing else is reachable.
+        #[arg(long = "allow-network", value_name = "HOST:PORT")]
+        allow_network: Vec<String>,
+    },
+    #[command(flatten)]
+    Remote(client::Remote),
     /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
     Inspect {
         checkpoint: PathBuf,
@@ -280,7 +306,7 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { Exit::Usage.into() } else { Exit::Done.into() };
         }
     };
-    match dispatch(cli.command) {
+    match dispatch(cli.command, cli.server, cli.token_file) {
         Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -301,8 +327,9 @@ fn init_logging() {
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
 }
 
-fn dispatch(command: Command) -> Result<Exit> {
+fn dispatch(command: Command, server: Option<String>, token_file: Option<PathBuf>) -> Result<Exit> {
     match command {
+        Command::Remote(r) => client::run(server, token_file, r),
         Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush, full_refresh } => {
             match pipelines.as_slice() {
                 [one] if crate::project::Project::file_at(one).is_some() => {
@@ -327,6 +354,15 @@ fn dispatch(command: Command) -> Result<Exit> {
             }
         }
         Command::Validate { project } => project::validate(&project),
+        Command::Serve { data, listen, admin_token_file, allow_network } => {
+            crate::serve::serve(crate::serve::Options { data, listen, admin_token_file, allow_network }).map_err(
+                |e| match e {
+                    crate::serve::ServeError::Setup(m) => anyhow::Error::from(exit::Usage(m)),
+                    e => e.into(),
+                },
+            )?;
+            Ok(Exit::Done)
+        }
         Command::Graph { project, out } => project::graph(&project, out.as_deref()),
         Command::Query { project, table, key } => project::query(&project, &table, key.as_deref()),
         Command::Test { pipeline, events, expect, out, dead_letters, progress_json, restarts, restart_seed, sink } => {

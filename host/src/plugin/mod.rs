@@ -196,6 +196,24 @@ impl Runtime {
         self.cache.dir()
     }
 
+    /// Compiles the component at `path` (into the cache) and names the roles it exports, for a
+    /// check before any pipeline uses it (`weir serve`'s uploads). Empty: it is a component,
+    /// but not a Weir plugin.
+    pub(crate) fn roles(&self, path: &Path) -> Result<Vec<&'static str>, PluginError> {
+        let component = self.load(path)?;
+        let ty = component.component_type();
+        let mut roles: Vec<&'static str> = ty
+            .exports(&self.engine)
+            .filter_map(|(name, _)| {
+                let role = name.strip_prefix("weir:plugin/")?.split('@').next()?;
+                ["parser", "transformer", "aggregator", "processor", "sink"].into_iter().find(|r| *r == role)
+            })
+            .collect();
+        roles.sort_unstable();
+        roles.dedup();
+        Ok(roles)
+    }
+
     fn load(&self, path: &Path) -> Result<Component, PluginError> {
         let component = self.cache.load(&self.engine, path)?;
         check_wit_version(&self.engine, &component, path)?;

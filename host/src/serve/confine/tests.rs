@@ -1,0 +1,152 @@
+use std::collections::BTreeMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+struct Area {
+    data: tempfile::TempDir,
+    files: PathBuf,
+    plugins: BTreeMap<String, PluginRecord>,
+    allow: Vec<String>,
+}
+
+const DIGEST: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+impl Area {
+    fn new() -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let files = data.path().join("tenants/acme/files");
+        std::fs::create_dir_all(&files).unwrap();
+        let record = PluginRecord { digest: DIGEST.into(), bytes: 1, roles: vec!["parser".into()], uploaded_ms: 0 };
+        let plugins = BTreeMap::from([("orders-json".to_string(), record.clone()), ("sink".to_string(), record)]);
+        Area { data, files, plugins, allow: vec!["127.0.0.1:9092".into()] }
+    }
+
+    fn confine(&self, text: &str) -> Result<Confined, Refusal> {
+        let scope = Scope {
+            tenant: "acme",
+            name: "orders",
+            data: self.data.path(),
+            files: &self.files,
+            plugins: &self.plugins,
+            allow_network: &self.allow,
+        };
+        confine(&scope, text)
+    }
+}
+
+/// A pipeline file; with a file sink unless `extra` has a sink of its own.
+fn file(source_path: &str, extra: &str) -> String {
+    let sink = if extra.contains("[sink]") {
+        ""
+    } else {
+        "[sink]\nplugin = \"sink\"\nconfig = { dir = \"/out\" }\ngrants.dirs = [{ host = \"out\", guest = \"/out\", writable = true }]\n"
+    };
+    format!(
+        "name = \"orders\"\n[source]\ntype = \"replay\"\npath = {source_path:?}\n[parse]\nplugin = \"orders-json\"\n{extra}{sink}"
+    )
+}
+
+#[test]
+fn an_uploaded_plugin_by_name_or_digest_resolves_into_the_store_and_the_run_is_named_for_its_tenant() {
+    let a = Area::new();
+    let c = a.confine(&file("orders.jsonl", "")).unwrap();
+    assert_eq!(c.pipeline.name, "acme--orders");
+    let component = &c.pipeline.parse.as_ref().unwrap().component;
+    assert_eq!(component, &a.data.path().join("plugins").join(format!("{}.wasm", &DIGEST[7..])));
+    assert_eq!(c.digests, [DIGEST]);
+    let no_sink = file("orders.jsonl", "[sink]\n").replace("[sink]\n", "");
+    assert_eq!(a.confine(&no_sink).unwrap_err().field, "sink");
+    let by_digest = file("orders.jsonl", "").replace("\"orders-json\"", &format!("{DIGEST:?}"));
+    assert!(a.confine(&by_digest).is_ok());
+    match &c.pipeline.source.kind {
+        SourceKind::Replay { path, .. } => assert_eq!(path, &a.files.join("orders.jsonl")),
+        other => panic!("{other:?}"),
+    }
+    // Two instances of the parser and one of the sink, 512 MiB each by default.
+    assert_eq!(c.memory_mb, 3 * 512);
+}
+
+#[test]
+fn what_is_not_the_tenant_s_is_refused_with_the_key_to_blame() {
+    let a = Area::new();
+    let cases: &[(&str, String)] = &[
+        ("source.path", file("../../other/files/orders.jsonl", "")),
+        ("source.path", file("/etc/passwd", "")),
+        ("parse.plugin", file("o.jsonl", "").replace("\"orders-json\"", "\"/usr/lib/evil.wasm\"")),
+        ("parse.plugin", file("o.jsonl", "").replace("\"orders-json\"", "\"someone-elses\"")),
+        ("checkpoint", file("o.jsonl", "[checkpoint]\nlocation = \"cp\"\n")),
+        ("dead_letter.path", file("o.jsonl", "[dead_letter]\npath = \"/tmp/dl.jsonl\"\n")),
+        ("name", file("o.jsonl", "").replace("name = \"orders\"", "name = \"other\"")),
+    ];
+    for (field, text) in cases {
+        let r = a.confine(text).unwrap_err();
+        assert!(r.field.ends_with(field), "{field}: {r:?}");
+    }
+    let sink =
+        |grants: &str| file("o.jsonl", &format!("[sink]\nplugin = \"sink\"\nconfig = {{ dir = \"/out\" }}\n{grants}"));
+    let r = a.confine(&sink("grants.dirs = [{ host = \"../..\", guest = \"/out\", writable = true }]")).unwrap_err();
+    assert!(r.field.contains("grants.dirs[0].host"), "{r:?}");
+    let r = a.confine(&sink("grants.env = [\"HOME\"]")).unwrap_err();
+    assert!(r.field.contains("grants.env"), "{r:?}");
+    let r = a.confine(&sink("grants.http = [\"example.com:443\"]")).unwrap_err();
+    assert!(r.field.contains("grants.http") && r.message.contains("allow-list"), "{r:?}");
+    assert!(a.confine(&sink("grants.dirs = [{ host = \"out\", guest = \"/out\", writable = true }]")).is_ok());
+}
+
+#[test]
+fn a_link_out_of_the_area_is_refused_though_its_words_stay_inside() {
+    let a = Area::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), a.files.join("escape")).unwrap();
+    let r = a.confine(&file("escape/orders.jsonl", "")).unwrap_err();
+    assert_eq!(r.field, "source.path");
+}
+
+#[test]
+fn kafka_options_that_reach_the_host_or_brokers_off_the_allow_list_are_refused() {
+    let a = Area::new();
+    let kafka = |options: &str| {
+        file("o.jsonl", "").replace(
+            "type = \"replay\"\npath = \"o.jsonl\"",
+            &format!("type = \"kafka\"\ntopics = [\"orders\"]\nkafka = {{ {options} }}"),
+        )
+    };
+    assert!(a.confine(&kafka("\"bootstrap.servers\" = \"127.0.0.1:9092\"")).is_ok());
+    for (options, field) in [
+        ("\"bootstrap.servers\" = \"10.0.0.1:9092\"", "bootstrap.servers"),
+        (
+            "\"bootstrap.servers\" = \"127.0.0.1:9092\", \"plugin.library.paths\" = \"/tmp/x.so\"",
+            "plugin.library.paths",
+        ),
+        ("\"bootstrap.servers\" = \"127.0.0.1:9092\", \"ssl.ca.location\" = \"/etc/x\"", "ssl.ca.location"),
+        ("\"bootstrap.servers\" = \"127.0.0.1:9092\", \"sasl.kerberos.kinit.cmd\" = \"sh\"", "kinit.cmd"),
+        ("\"bootstrap.servers\" = \"127.0.0.1:9092\", \"group.id\" = \"weir-other--x\"", "group.id"),
+    ] {
+        let r = a.confine(&kafka(options)).unwrap_err();
+        assert!(r.field.ends_with(field), "{options}: {r:?}");
+    }
+}
+
+proptest! {
+    /// Whatever a tenant writes as a path, a confined pipeline's path is inside its area.
+    #[test]
+    fn no_written_path_confines_to_outside_the_area(parts in proptest::collection::vec("(\\.\\.|\\.|[a-z]{1,3}|/|)", 0..8)) {
+        let a = Area::new();
+        let path = parts.join("/");
+        if let Ok(c) = a.confine(&file(&path, "")) {
+            match &c.pipeline.source.kind {
+                SourceKind::Replay { path, .. } => prop_assert!(normalize(path).starts_with(&a.files), "{}", path.display()),
+                other => prop_assert!(false, "{other:?}"),
+            }
+        }
+    }
+
+    /// Any text at all is refused or confined; never a panic.
+    #[test]
+    fn any_text_is_refused_or_confined(text in "\\PC{0,300}") {
+        let a = Area::new();
+        let _ = a.confine(&text);
+    }
+}

@@ -1,0 +1,88 @@
+//! `weir serve`: one long-running process hosting many tenants' pipelines behind an HTTP/JSON
+//! API (docs/serve.md, docs/api.md). The parts, in the order a request meets them:
+//!
+//! - `api.rs`: routes, bearer tokens (`tokens.rs`), body limits, errors (`error.rs`);
+//! - `service.rs`: each operation, checked against ownership and quotas and audited;
+//! - `confine.rs`: a tenant's pipeline file made safe to run (its plugins, paths, addresses);
+//! - `store.rs`: uploaded plugins, content-addressed; `registry.rs`: the durable registry;
+//! - `supervisor.rs`: the running pipelines, on the engine `weir run` uses;
+//! - `console.rs`: the web console's static files.
+//!
+//! Every bound is a constant in `limits.rs`. After a restart or a `kill -9`, the registry is the
+//! last acknowledged one and every pipeline that was running resumes from its checkpoint.
+
+mod api;
+mod confine;
+mod console;
+mod error;
+mod limits;
+mod registry;
+mod service;
+mod store;
+mod supervisor;
+mod tokens;
+
+use std::path::PathBuf;
+
+use crate::plugin::Runtime;
+
+/// Worker threads for HTTP: requests are short, and the work they start runs on blocking
+/// threads and pipeline threads of its own.
+const WORKERS: usize = 2;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServeError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen { addr: String, source: std::io::Error },
+}
+
+/// What `weir serve` is given.
+pub(crate) struct Options {
+    pub data: PathBuf,
+    pub listen: String,
+    pub admin_token_file: PathBuf,
+    pub allow_network: Vec<String>,
+}
+
+/// Runs the service until SIGTERM or Ctrl-C, then stops every pipeline after its current batch.
+pub(crate) fn serve(opts: Options) -> Result<(), ServeError> {
+    let setup = |e: String| ServeError::Setup(e);
+    let admin = tokens::read_admin(&opts.admin_token_file).map_err(setup)?;
+    std::fs::create_dir_all(&opts.data).map_err(|e| setup(format!("cannot create {}: {e}", opts.data.display())))?;
+    let runtime = Runtime::new(Some(opts.data.join("cache")), false).map_err(|e| setup(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(WORKERS)
+        .thread_name("weir-serve")
+        .enable_all()
+        .build()
+        .map_err(|e| setup(format!("cannot start the HTTP runtime: {e}")))?;
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind(&opts.listen))
+        .map_err(|e| ServeError::Listen { addr: opts.listen.clone(), source: e })?;
+    let bound = listener.local_addr().map_err(|e| ServeError::Listen { addr: opts.listen.clone(), source: e })?;
+    let settings = service::Settings { data: opts.data, admin, allow_network: opts.allow_network };
+    let service = service::Service::open(settings, runtime).map_err(|e| setup(e.error))?;
+    let app = api::router(service.clone());
+    // Scripts wait for this line to know the port (with `--listen 127.0.0.1:0`).
+    eprintln!("weir serve: listening on http://{bound}");
+    let served = rt.block_on(async { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
+    service.shutdown();
+    served.map_err(|e| ServeError::Listen { addr: bound.to_string(), source: e })
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
+}

@@ -1,0 +1,273 @@
+//! The web console in a real browser: Debian's headless Chromium, driven over WebDriver by its
+//! ChromeDriver (`cargo xtask test` installs both). A tenant signs in with its token, picks a
+//! running pipeline, sees its charts take new points as batches commit, and stops it from the
+//! page. Screenshots are saved under the test's output directory
+//! (`$CARGO_TARGET_TMPDIR/console/`) for a person to look at.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+const PATIENCE: Duration = Duration::from_secs(60);
+const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder().http_status_as_error(false).build().into()
+}
+
+fn send(agent: &ureq::Agent, method: &str, url: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Value) {
+    let auth = token.map(|t| format!("Bearer {t}"));
+    let response = match method {
+        "GET" => {
+            let mut r = agent.get(url);
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.call()
+        }
+        "DELETE" => agent.delete(url).call(),
+        m => {
+            let mut r = if m == "PUT" { agent.put(url) } else { agent.post(url) };
+            if let Some(a) = &auth {
+                r = r.header("Authorization", a);
+            }
+            r.send(body.unwrap_or(&[]))
+        }
+    };
+    let mut response = response.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = response.status().as_u16();
+    let bytes = response.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap();
+    (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) })
+}
+
+/// A WebDriver session on a ChromeDriver of its own.
+struct Browser {
+    driver: Child,
+    base: String,
+    session: String,
+    agent: ureq::Agent,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    fn start() -> Browser {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let driver = std::process::Command::new(CHROMEDRIVER)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{CHROMEDRIVER}: {e} (cargo xtask test installs chromium-driver)"));
+        let base = format!("http://127.0.0.1:{port}");
+        let agent = agent();
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            if let Ok(mut r) = agent.get(&format!("{base}/status")).call() {
+                let v: Value = serde_json::from_slice(&r.body_mut().read_to_vec().unwrap()).unwrap_or(Value::Null);
+                if v["value"]["ready"] == true {
+                    break;
+                }
+            }
+            assert!(Instant::now() < deadline, "chromedriver never became ready");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let profile = tempfile::tempdir().unwrap();
+        // The flags keep Chromium off the network this machine does not have.
+        let args = [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--window-size=1280,1100",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([format!("--user-data-dir={}", profile.path().display())])
+        .collect::<Vec<_>>();
+        let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
+            "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}});
+        let (status, v) = send(&agent, "POST", &format!("{base}/session"), None, Some(caps.to_string().as_bytes()));
+        assert_eq!(status, 200, "new session: {v}");
+        let session = v["value"]["sessionId"].as_str().unwrap().to_string();
+        Browser { driver, base, session, agent, _profile: profile }
+    }
+
+    fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
+        let url = format!("{}/session/{}{path}", self.base, self.session);
+        let (status, v) = send(&self.agent, method, &url, None, Some(body.to_string().as_bytes()));
+        assert_eq!(status, 200, "{method} {path}: {v}");
+        v["value"].clone()
+    }
+
+    fn go(&self, url: &str) {
+        self.cmd("POST", "/url", json!({ "url": url }));
+    }
+
+    fn find(&self, css: &str) -> String {
+        let v = self.cmd("POST", "/element", json!({"using": "css selector", "value": css}));
+        v[ELEMENT].as_str().unwrap().to_string()
+    }
+
+    fn type_into(&self, css: &str, text: &str) {
+        let e = self.find(css);
+        self.cmd("POST", &format!("/element/{e}/value"), json!({ "text": text }));
+    }
+
+    fn click(&self, css: &str) {
+        let e = self.find(css);
+        self.cmd("POST", &format!("/element/{e}/click"), json!({}));
+    }
+
+    fn script(&self, js: &str) -> Value {
+        self.cmd("POST", "/execute/sync", json!({"script": js, "args": []}))
+    }
+
+    /// Waits until `js` returns true.
+    fn until(&self, what: &str, js: &str) {
+        let deadline = Instant::now() + PATIENCE;
+        while self.script(js) != true {
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {what}; it shows: {}",
+                self.script("return document.body.innerText")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&self, path: &Path) {
+        use base64::Engine;
+        let v = self.cmd("GET", "/screenshot", Value::Null);
+        let png = base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap();
+        std::fs::write(path, png).unwrap();
+        eprintln!("screenshot: {}", path.display());
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.agent.delete(&format!("{}/session/{}", self.base, self.session)).call();
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+fn shots() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+#[test]
+fn a_tenant_signs_in_sees_a_running_pipeline_s_charts_move_and_stops_it_from_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = "admin-token-for-the-console-test-0123456789";
+    std::fs::write(dir.path().join("admin"), admin).unwrap();
+    let mut server = weir()
+        .arg("serve")
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
+        .arg(dir.path().join("admin"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
+    let api = loop {
+        let line = lines.next().expect("weir serve exited").unwrap();
+        if let Some(a) = line.strip_prefix("weir serve: listening on ") {
+            break a.to_string();
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    let a = agent();
+    let call = |method: &str, path: &str, token: &str, body: &[u8]| {
+        let (status, v) = send(&a, method, &format!("{api}{path}"), Some(token), Some(body));
+        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
+        v
+    };
+    call("POST", "/v1/tenants", admin, br#"{"name": "acme"}"#);
+    let token = call("POST", "/v1/tenants/acme/tokens", admin, b"")["token"].as_str().unwrap().to_string();
+    for (name, file) in [("orders-json", "orders_json"), ("error-rate", "error_rate"), ("file-sink", "jsonl_file_sink")]
+    {
+        call("PUT", &format!("/v1/plugins/{name}"), &token, &std::fs::read(component(file)).unwrap());
+    }
+    let events = orders(dir.path(), 60_000, 4);
+    call("PUT", "/v1/files/orders.jsonl", &token, &std::fs::read(&events).unwrap());
+    // A batch of 200 every 200 ms: a minute of batches, so the pipeline is running throughout.
+    let pipeline = r#"name = "errors"
+[source]
+type = "replay"
+path = "orders.jsonl"
+max_offsets_per_trigger = 200
+[trigger]
+mode = "processing-time"
+interval = "200ms"
+[parse]
+plugin = "orders-json"
+[watermark]
+delay = "10 minutes"
+[window]
+type = "tumbling"
+size = "1 minute"
+[aggregate]
+plugin = "error-rate"
+[sink]
+plugin = "file-sink"
+config = { dir = "/out" }
+grants.dirs = [{ host = "out/errors", guest = "/out", writable = true }]
+"#;
+    call("PUT", "/v1/pipelines/errors", &token, pipeline.as_bytes());
+
+    let b = Browser::start();
+    b.go(&format!("{api}/"));
+    b.until("the sign-in form", "return !!document.getElementById('token')");
+    b.type_into("#token", &token);
+    b.click("#signin");
+    b.until("the pipeline list", "return !!document.querySelector('#pipelines tr.pick[data-name=errors]')");
+    b.click("#pipelines tr.pick[data-name=errors]");
+    b.until("charts with points", "return Number(document.getElementById('detail').dataset.points || 0) >= 2");
+    let before: u64 = b.script("return Number(document.getElementById('detail').dataset.points)").as_u64().unwrap();
+    b.until(
+        "the charts moving",
+        &format!("return Number(document.getElementById('detail').dataset.points) > {before}"),
+    );
+    b.until("four charts drawn", "return document.querySelectorAll('.chart canvas').length === 4");
+    b.until("the plugins' metrics", "return document.querySelectorAll('#plugins tbody tr').length >= 2");
+    b.screenshot(&shots().join("running.png"));
+
+    b.click("#stop");
+    b.until("the stop", "return document.getElementById('action-result').textContent.startsWith('stop: stopped')");
+    let (_, v) = send(&a, "GET", &format!("{api}/v1/pipelines/errors"), Some(&token), None);
+    assert_eq!(v["desired"], "stopped", "{v}");
+    assert_ne!(v["state"], "running", "{v}");
+    b.until(
+        "the list showing it stopped",
+        "return document.querySelector('#pipelines tr.pick[data-name=errors]').innerText.includes('stopped')",
+    );
+    b.screenshot(&shots().join("stopped.png"));
+
+    // A wrong token is told so on the page and shows nothing.
+    let other = Browser::start();
+    other.go(&format!("{api}/"));
+    other.until("the sign-in form", "return !!document.getElementById('token')");
+    other.type_into("#token", "weir_wrong_token");
+    other.click("#signin");
+    other.until("the refusal", "return document.getElementById('error').textContent.includes('bearer token')");
+    assert_eq!(other.script("return document.getElementById('app').hidden"), true);
+    let _ = server.kill();
+    let _ = server.wait();
+}

@@ -1,0 +1,639 @@
+//! `weir serve` end to end: the real binary, real HTTP requests (ureq), real plugins uploaded
+//! through the API, the orders pipeline run to the oracle's windows; tenants that cannot see
+//! each other; requests that are refused with the field to blame; and the service killed with
+//! SIGKILL again and again while three pipelines run, each ending with an uninterrupted run's
+//! output.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{Value, json};
+
+/// How long a condition the service must reach may take before the test fails.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+struct Server {
+    child: Child,
+    base: String,
+    agent: ureq::Agent,
+}
+
+impl Server {
+    /// Starts `weir serve` on a free port and waits for the line that names it.
+    fn start(data: &Path, admin_file: &Path, extra: &[&str]) -> Server {
+        let mut child = weir()
+            .arg("serve")
+            .arg("--data")
+            .arg(data)
+            .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
+            .arg(admin_file)
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let base = loop {
+            let line = lines.next().expect("weir serve exited before listening").unwrap();
+            if let Some(addr) = line.strip_prefix("weir serve: listening on ") {
+                break addr.to_string();
+            }
+        };
+        // Keep draining stderr so the service never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        Server { child, base, agent }
+    }
+
+    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Vec<u8>) {
+        let url = format!("{}{path}", self.base);
+        let auth = token.map(|t| format!("Bearer {t}"));
+        macro_rules! go {
+            ($req:expr, with_body) => {{
+                let mut r = $req;
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.send(body.unwrap_or(&[]))
+            }};
+            ($req:expr) => {{
+                let mut r = $req;
+                if let Some(a) = &auth {
+                    r = r.header("Authorization", a);
+                }
+                r.call()
+            }};
+        }
+        let response = match method {
+            "GET" => go!(self.agent.get(&url)),
+            "DELETE" => go!(self.agent.delete(&url)),
+            "PUT" => go!(self.agent.put(&url), with_body),
+            "POST" => go!(self.agent.post(&url), with_body),
+            m => panic!("{m}"),
+        };
+        let mut response = response.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let bytes = response.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap();
+        (status, bytes)
+    }
+
+    fn json(&self, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Value) {
+        let (status, bytes) = self.call(method, path, token, body);
+        (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() })
+    }
+
+    /// The request must succeed with `want`; returns its JSON.
+    fn expect(&self, want: u16, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> Value {
+        let (status, v) = self.json(method, path, token, body);
+        assert_eq!(status, want, "{method} {path}: {v}");
+        v
+    }
+
+    /// Waits until the pipeline's state is one of `states`; returns its view.
+    fn wait_for(&self, token: &str, name: &str, states: &[&str]) -> Value {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let v = self.expect(200, "GET", &format!("/v1/pipelines/{name}"), Some(token), None);
+            if states.contains(&v["state"].as_str().unwrap_or("")) {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "pipeline {name} never reached {states:?}: {v}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, and the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        unsafe_kill_term(self.child.id());
+        self.child.wait().unwrap()
+    }
+}
+
+fn unsafe_kill_term(pid: u32) {
+    let status = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
+    assert!(status.success());
+}
+
+fn admin_file(dir: &Path) -> (PathBuf, String) {
+    let token = "admin-token-for-this-test-0123456789".to_string();
+    let path = dir.join("admin-token");
+    std::fs::write(&path, format!("{token}\n")).unwrap();
+    (path, token)
+}
+
+/// Creates a tenant and returns a token of its.
+fn tenant(s: &Server, admin: &str, name: &str) -> String {
+    s.expect(201, "POST", "/v1/tenants", Some(admin), Some(json!({ "name": name }).to_string().as_bytes()));
+    let t = s.expect(201, "POST", &format!("/v1/tenants/{name}/tokens"), Some(admin), None);
+    t["token"].as_str().unwrap().to_string()
+}
+
+fn upload_plugins(s: &Server, token: &str) {
+    for (name, file) in [("orders-json", "orders_json"), ("error-rate", "error_rate"), ("file-sink", "jsonl_file_sink")]
+    {
+        let bytes = std::fs::read(component(file)).unwrap();
+        let v = s.expect(201, "PUT", &format!("/v1/plugins/{name}"), Some(token), Some(&bytes));
+        assert!(v["digest"].as_str().unwrap().starts_with("sha256:"), "{v}");
+    }
+}
+
+/// The orders error-rate pipeline over `input` in the tenant's data area, writing windows to
+/// `out/NAME` there.
+fn orders_pipeline(name: &str, input: &str, batch: usize) -> String {
+    format!(
+        r#"name = "{name}"
+[source]
+type = "replay"
+path = "{input}"
+max_offsets_per_trigger = {batch}
+[trigger]
+mode = "available-now"
+[parse]
+plugin = "orders-json"
+[watermark]
+delay = "10 minutes"
+flush_at_end = true
+[window]
+type = "tumbling"
+size = "1 minute"
+[aggregate]
+plugin = "error-rate"
+[sink]
+plugin = "file-sink"
+config = {{ dir = "/out" }}
+grants.dirs = [{{ host = "out/{name}", guest = "/out", writable = true }}]
+"#
+    )
+}
+
+/// The same pipeline for `weir test` on this machine: the components by path, the input by
+/// path, and no sink (`weir test` prints the rows).
+fn local_copy(dir: &Path, text: &str, input: &str, events: &Path) -> PathBuf {
+    let text = text
+        .split("[sink]")
+        .next()
+        .unwrap()
+        .replace("\"orders-json\"", &format!("{:?}", component("orders_json").display().to_string()))
+        .replace("\"error-rate\"", &format!("{:?}", component("error_rate").display().to_string()))
+        .replace(&format!("path = \"{input}\""), &format!("path = {:?}", events.display().to_string()));
+    let path = dir.join(format!("local-{}.toml", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// The rows the file sink committed under `out/NAME`, read through the files API.
+fn output_rows(s: &Server, token: &str, name: &str) -> Vec<Value> {
+    let list = s.expect(200, "GET", &format!("/v1/files?prefix=out/{name}"), Some(token), None);
+    let mut rows = Vec::new();
+    for f in list["files"].as_array().unwrap() {
+        let path = f["path"].as_str().unwrap();
+        let (status, bytes) = s.call("GET", &format!("/v1/files/{path}"), Some(token), None);
+        assert_eq!(status, 200, "{path}");
+        rows.extend(json_lines(&String::from_utf8(bytes).unwrap()));
+    }
+    rows
+}
+
+#[test]
+fn a_tenant_deploys_the_orders_pipeline_through_the_api_and_gets_the_oracle_s_windows() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let acme = tenant(&s, &admin, "acme");
+    upload_plugins(&s, &acme);
+    let events = orders(dir.path(), 30_000, 5);
+    s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&acme), Some(&std::fs::read(&events).unwrap()));
+
+    let text = orders_pipeline("errors", "orders.jsonl", 2_000);
+    let v = s.expect(201, "PUT", "/v1/pipelines/errors", Some(&acme), Some(text.as_bytes()));
+    assert_eq!(v["desired"], "running", "{v}");
+    let done = s.wait_for(&acme, "errors", &["finished"]);
+    assert!(done["progress"]["batchId"].as_u64().is_some(), "the last batch's progress: {done}");
+
+    let rows = output_rows(&s, &acme, "errors");
+    assert!(!rows.is_empty());
+    if let Some(bench) = SharedBench::find() {
+        assert_eq!(oracle_shape(&rows), bench.windows(&events), "the oracle's windows");
+    }
+    // The same file through `weir test` gives the same rows.
+    let local = local_copy(dir.path(), &text, "orders.jsonl", &events);
+    let expected = weir_test(&local, &events);
+    assert_eq!(windows_of(&rows), windows_of(&expected));
+
+    let progress = s.expect(200, "GET", "/v1/pipelines/errors/progress", Some(&acme), None);
+    let records = progress["progress"].as_array().unwrap();
+    assert!(records.len() >= 15, "one record per batch: {}", records.len());
+    for r in records {
+        for field in
+            ["id", "runId", "batchId", "numInputRows", "inputRowsPerSecond", "processedRowsPerSecond", "durationMs"]
+        {
+            assert!(r.get(field).is_some(), "{field} missing in {r}");
+        }
+    }
+    let (status, metrics) = s.call("GET", "/v1/metrics", Some(&acme), None);
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(metrics.contains("weir_pipeline_processed_rows_per_second{pipeline=\"errors\"}"), "{metrics}");
+    assert!(metrics.contains("weir_plugin_calls{pipeline=\"errors\""), "{metrics}");
+
+    // Delete with its state and outputs: a pipeline made again under the name starts afresh.
+    s.expect(204, "DELETE", "/v1/pipelines/errors?state=true&outputs=true", Some(&acme), None);
+    s.expect(404, "GET", "/v1/pipelines/errors", Some(&acme), None);
+    assert!(!dir.path().join("data/tenants/acme/checkpoints/errors").exists());
+    assert_eq!(s.terminate().code(), Some(0));
+}
+
+#[test]
+fn another_tenant_finds_nothing_of_acme_s_at_any_endpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let acme = tenant(&s, &admin, "acme");
+    let rival = tenant(&s, &admin, "rival");
+    upload_plugins(&s, &acme);
+    let events = orders(dir.path(), 3_000, 9);
+    s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&acme), Some(&std::fs::read(&events).unwrap()));
+    s.expect(
+        201,
+        "PUT",
+        "/v1/pipelines/errors?start=false",
+        Some(&acme),
+        Some(orders_pipeline("errors", "orders.jsonl", 1_000).as_bytes()),
+    );
+
+    // Every route that names a thing, with acme's names and rival's token.
+    let pipeline = orders_pipeline("errors", "orders.jsonl", 1_000);
+    let walks: &[(&str, &str, Option<&[u8]>)] = &[
+        ("GET", "/v1/plugins/orders-json", None),
+        ("DELETE", "/v1/plugins/orders-json", None),
+        ("GET", "/v1/files/orders.jsonl", None),
+        ("GET", "/v1/pipelines/errors", None),
+        ("GET", "/v1/pipelines/errors/file", None),
+        ("GET", "/v1/pipelines/errors/progress", None),
+        ("GET", "/v1/pipelines/errors/events", None),
+        ("GET", "/v1/pipelines/errors/dead-letters", None),
+        ("GET", "/v1/pipelines/errors/late-events", None),
+        ("POST", "/v1/pipelines/errors/start", None),
+        ("POST", "/v1/pipelines/errors/stop", None),
+        ("POST", "/v1/pipelines/errors/pause", None),
+        ("POST", "/v1/pipelines/errors/resume", None),
+        ("DELETE", "/v1/pipelines/errors", None),
+        ("GET", "/v1/tenants", None),
+        ("POST", "/v1/tenants/acme/tokens", None),
+    ];
+    for (method, path, body) in walks {
+        let (status, v) = s.json(method, path, Some(&rival), *body);
+        assert_eq!(status, 404, "{method} {path} with another tenant's token: {v}");
+    }
+    // Rival's own pipeline naming acme's plugin or files: refused, naming the key.
+    upload_plugins(&s, &rival);
+    let r = s.expect(
+        400,
+        "PUT",
+        "/v1/pipelines/x",
+        Some(&rival),
+        Some(
+            pipeline.replace("\"errors\"", "\"x\"").replace("orders.jsonl", "../../acme/files/orders.jsonl").as_bytes(),
+        ),
+    );
+    assert_eq!(r["field"], "source.path", "{r}");
+    // Lists show only one's own.
+    let mine = s.expect(200, "GET", "/v1/pipelines", Some(&rival), None);
+    assert_eq!(mine["pipelines"].as_array().unwrap().len(), 0);
+    let files = s.expect(200, "GET", "/v1/files", Some(&rival), None);
+    assert_eq!(files["files"].as_array().unwrap().len(), 0, "{files}");
+    // No token, a bad token, a revoked token: 401.
+    s.expect(401, "GET", "/v1/pipelines", None, None);
+    s.expect(401, "GET", "/v1/pipelines", Some("weir_nope_nope"), None);
+    let t = s.expect(201, "POST", "/v1/tenants/rival/tokens", Some(&admin), None);
+    let (id, second) = (t["id"].as_str().unwrap(), t["token"].as_str().unwrap());
+    s.expect(200, "GET", "/v1/pipelines", Some(second), None);
+    s.expect(204, "DELETE", &format!("/v1/tokens/{id}"), Some(&admin), None);
+    s.expect(401, "GET", "/v1/pipelines", Some(second), None);
+    // Acme still has everything.
+    s.expect(200, "GET", "/v1/pipelines/errors", Some(&acme), None);
+    s.expect(200, "GET", "/v1/plugins/orders-json", Some(&acme), None);
+    // The registry holds hashes, never a token.
+    let registry = std::fs::read_to_string(dir.path().join("data/registry.json")).unwrap();
+    assert!(!registry.contains(&acme) && !registry.contains(&admin));
+    s.kill();
+}
+
+#[test]
+fn bad_requests_are_refused_with_the_field_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let r = s.expect(400, "POST", "/v1/tenants", Some(&admin), Some(br#"{"name": "acme", "quota": {}}"#));
+    assert!(r["error"].as_str().unwrap().contains("unknown field `quota`"), "{r}");
+    let r = s.expect(
+        400,
+        "POST",
+        "/v1/tenants",
+        Some(&admin),
+        Some(br#"{"name": "acme", "quotas": {"max_pipelines": "x"}}"#),
+    );
+    assert_eq!(r["field"], "quotas.max_pipelines", "{r}");
+    let r = s.expect(400, "POST", "/v1/tenants", Some(&admin), Some(br#"{"name": "Bad Name"}"#));
+    assert_eq!(r["field"], "name");
+    assert!(r["fix"].is_string());
+    s.expect(400, "POST", "/v1/tenants", Some(&admin), Some(b"{not json"));
+    let quotas = json!({"name": "acme", "quotas": {"max_pipelines": 1}}).to_string();
+    s.expect(201, "POST", "/v1/tenants", Some(&admin), Some(quotas.as_bytes()));
+    s.expect(409, "POST", "/v1/tenants", Some(&admin), Some(quotas.as_bytes()));
+    let acme =
+        s.expect(201, "POST", "/v1/tenants/acme/tokens", Some(&admin), None)["token"].as_str().unwrap().to_string();
+
+    // A plugin that is not a component; a pipeline file past the size limit.
+    let r = s.expect(422, "PUT", "/v1/plugins/junk", Some(&acme), Some(b"\0asm but not really"));
+    assert!(r["fix"].is_string(), "{r}");
+    let (status, _) = s.call("PUT", "/v1/pipelines/huge", Some(&acme), Some(&vec![b'#'; 300 << 10]));
+    assert_eq!(status, 413, "a pipeline file past 256 KiB");
+    upload_plugins(&s, &acme);
+
+    // A pipeline file: TOML that does not parse (with its line), an unknown key, a bad value.
+    let good = orders_pipeline("p", "orders.jsonl", 1_000);
+    let r = s.expect(400, "PUT", "/v1/pipelines/p", Some(&acme), Some(b"name = \"p\"\n[source\n"));
+    assert_eq!(r["at"][0], 2, "{r}");
+    let r = s.expect(
+        400,
+        "PUT",
+        "/v1/pipelines/p",
+        Some(&acme),
+        Some(good.replace("[trigger]", "[trigger]\nmoed = \"once\"").as_bytes()),
+    );
+    assert!(r["field"].as_str().unwrap().contains("moed") || r["error"].as_str().unwrap().contains("moed"), "{r}");
+    let r = s.expect(400, "PUT", "/v1/pipelines/p", Some(&acme), Some(good.replace("1 minute", "a minute").as_bytes()));
+    assert_eq!(r["field"], "window.size", "{r}");
+    let r = s.expect(
+        400,
+        "PUT",
+        "/v1/pipelines/p",
+        Some(&acme),
+        Some(good.replace("\"error-rate\"", "\"missing\"").as_bytes()),
+    );
+    assert_eq!(r["field"], "aggregate.plugin", "{r}");
+    // A plugin in a role it does not play: the parser as the aggregator. Refused at start.
+    let r = s.expect(
+        409,
+        "PUT",
+        "/v1/pipelines/p",
+        Some(&acme),
+        Some(good.replace("\"error-rate\"", "\"orders-json\"").as_bytes()),
+    );
+    assert!(!r["error"].as_str().unwrap().contains(dir.path().to_str().unwrap()), "no service paths in errors: {r}");
+    // Over the quota of one pipeline.
+    s.expect(201, "PUT", "/v1/pipelines/p?start=false", Some(&acme), Some(good.as_bytes()));
+    let r = s.expect(
+        403,
+        "PUT",
+        "/v1/pipelines/q?start=false",
+        Some(&acme),
+        Some(good.replace("\"p\"", "\"q\"").as_bytes()),
+    );
+    assert!(r["error"].as_str().unwrap().contains("quota"), "{r}");
+    // A plugin in use cannot be deleted; a bad query flag is named.
+    s.expect(409, "DELETE", "/v1/plugins/orders-json", Some(&acme), None);
+    let r = s.expect(400, "DELETE", "/v1/pipelines/p?state=maybe", Some(&acme), None);
+    assert_eq!(r["field"], "state");
+    // Files: no way out of the data area.
+    for path in ["/v1/files/..%2Fregistry.json", "/v1/files/.hidden", "/v1/files/a//b"] {
+        let (status, _) = s.call("PUT", path, Some(&acme), Some(b"x"));
+        assert!(status == 400 || status == 404, "{path}: {status}");
+    }
+    assert!(dir.path().join("data/registry.json").exists());
+    // The admin token is not a tenant's.
+    s.expect(403, "GET", "/v1/pipelines", Some(&admin), None);
+    s.kill();
+}
+
+#[test]
+fn pause_resume_update_with_state_kept_and_a_refused_update_leaves_the_old_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let data = dir.path().join("data");
+    let s = Server::start(&data, &admin_path, &[]);
+    let acme = tenant(&s, &admin, "acme");
+    upload_plugins(&s, &acme);
+    let events = orders(dir.path(), 30_000, 21);
+    s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&acme), Some(&std::fs::read(&events).unwrap()));
+    // A slow source, so the run is still going when it is paused: batches of 200.
+    let text = orders_pipeline("errors", "orders.jsonl", 200);
+    s.expect(201, "PUT", "/v1/pipelines/errors", Some(&acme), Some(text.as_bytes()));
+    let v = s.expect(200, "POST", "/v1/pipelines/errors/pause", Some(&acme), None);
+    assert_eq!(v["desired"], "paused", "{v}");
+    assert!(v["state"] == "idle" || v["state"] == "finished", "{v}");
+    let v = s.expect(200, "POST", "/v1/pipelines/errors/stop", Some(&acme), None);
+    assert_eq!(v["desired"], "stopped");
+    s.expect(409, "POST", "/v1/pipelines/errors/resume", Some(&acme), None);
+    s.expect(200, "POST", "/v1/pipelines/errors/start", Some(&acme), None);
+    s.expect(200, "POST", "/v1/pipelines/errors/pause", Some(&acme), None);
+    s.expect(200, "POST", "/v1/pipelines/errors/resume", Some(&acme), None);
+
+    // An update to a file whose checkpoint the state cannot take (another source): refused,
+    // the old file runs on.
+    s.expect(201, "PUT", "/v1/files/other.jsonl", Some(&acme), Some(b"{}\n"));
+    let r = s.expect(
+        409,
+        "PUT",
+        "/v1/pipelines/errors",
+        Some(&acme),
+        Some(text.replace("path = \"orders.jsonl\"", "path = \"other.jsonl\"").as_bytes()),
+    );
+    assert!(r["error"].as_str().unwrap().contains("cannot start"), "{r}");
+    let file = s.call("GET", "/v1/pipelines/errors/file", Some(&acme), None).1;
+    assert_eq!(String::from_utf8(file).unwrap(), text, "the registry kept the old file");
+    // An update that the state can take (a larger batch): the run goes on from its state.
+    let bigger = text.replace("max_offsets_per_trigger = 200", "max_offsets_per_trigger = 5000");
+    s.expect(200, "PUT", "/v1/pipelines/errors", Some(&acme), Some(bigger.as_bytes()));
+    s.wait_for(&acme, "errors", &["finished"]);
+    let rows = output_rows(&s, &acme, "errors");
+    let local = local_copy(dir.path(), &bigger, "orders.jsonl", &events);
+    assert_eq!(
+        windows_of(&rows),
+        windows_of(&weir_test(&local, &events)),
+        "each window once, across the pauses and the update"
+    );
+    s.kill();
+
+    // A restart keeps what was wanted: stopped stays stopped.
+    let s = Server::start(&data, &admin_path, &[]);
+    s.expect(200, "POST", "/v1/pipelines/errors/stop", Some(&acme), None);
+    s.kill();
+    let s = Server::start(&data, &admin_path, &[]);
+    let v = s.expect(200, "GET", "/v1/pipelines/errors", Some(&acme), None);
+    assert_eq!((v["desired"].as_str(), v["state"].as_str()), (Some("stopped"), Some("idle")), "{v}");
+    s.kill();
+}
+
+/// The kill loop for the service: three pipelines run in one `weir serve`, which is killed with
+/// SIGKILL at random moments (after 0 to 2 new progress records of one of them) and started
+/// again on the same data directory, up to `kills` times. Each pipeline's output must equal an
+/// uninterrupted run's, and the registry must open every time.
+#[test]
+fn three_pipelines_give_an_uninterrupted_run_s_output_after_the_service_is_killed_again_and_again() {
+    // 400 batches each: enough that 20 kills land while they run.
+    const BATCH: usize = 250;
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let data = dir.path().join("data");
+    let s = Server::start(&data, &admin_path, &[]);
+    let acme = tenant(&s, &admin, "acme");
+    upload_plugins(&s, &acme);
+    let names = ["one", "two", "three"];
+    let mut inputs = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let sub = dir.path().join(name);
+        std::fs::create_dir_all(&sub).unwrap();
+        let events = orders(&sub, 100_000, 30 + i as u64);
+        s.expect(201, "PUT", &format!("/v1/files/{name}.jsonl"), Some(&acme), Some(&std::fs::read(&events).unwrap()));
+        inputs.push(events);
+    }
+    for name in names {
+        let text = orders_pipeline(name, &format!("{name}.jsonl"), BATCH);
+        s.expect(201, "PUT", &format!("/v1/pipelines/{name}"), Some(&acme), Some(text.as_bytes()));
+    }
+    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    eprintln!("kill schedule seed: {seed}");
+    let mut rng = seed;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut server = s;
+    let mut kills = 0;
+    while kills < 20 {
+        let watched = names[next(3) as usize];
+        let wait_for = next(3);
+        let seen = |s: &Server| {
+            s.expect(200, "GET", &format!("/v1/pipelines/{watched}/progress"), Some(&acme), None)["progress"]
+                .as_array()
+                .unwrap()
+                .len() as u64
+        };
+        let deadline = Instant::now() + PATIENCE;
+        let all_done = loop {
+            let states: Vec<_> = names
+                .iter()
+                .map(|n| server.expect(200, "GET", &format!("/v1/pipelines/{n}"), Some(&acme), None)["state"].clone())
+                .collect();
+            if states.iter().all(|s| s == "finished") {
+                break true;
+            }
+            if seen(&server) >= wait_for {
+                break false;
+            }
+            assert!(Instant::now() < deadline, "no progress: {states:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        if all_done {
+            break;
+        }
+        server.kill();
+        kills += 1;
+        server = Server::start(&data, &admin_path, &[]);
+    }
+    eprintln!("{kills} kills");
+    assert_eq!(kills, 20, "the pipelines ended before 20 kills landed");
+    for (name, events) in names.iter().zip(&inputs) {
+        server.wait_for(&acme, name, &["finished"]);
+        let rows = output_rows(&server, &acme, name);
+        let local = local_copy(
+            dir.path(),
+            &orders_pipeline(name, &format!("{name}.jsonl"), BATCH),
+            &format!("{name}.jsonl"),
+            events,
+        );
+        let expected = weir_test(&local, events);
+        assert_eq!(rows, expected, "{name}: the same rows, each once, in the same order");
+    }
+    server.kill();
+}
+
+/// Every route `docs/openapi.json` documents is served: without a token, each answers `401`
+/// (health: `200`), never "no such route".
+#[test]
+fn every_documented_route_is_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, _) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("docs/openapi.json")).unwrap()).unwrap();
+    for (path, ops) in spec["paths"].as_object().unwrap() {
+        let concrete = path.replace("{action}", "start").replace(['{', '}'], "");
+        for method in ops.as_object().unwrap().keys() {
+            let method = method.to_uppercase();
+            let (status, body) = s.call(&method, &concrete, None, Some(b""));
+            let want = if path == "/v1/health" { 200 } else { 401 };
+            assert_eq!(status, want, "{method} {concrete}: {}", String::from_utf8_lossy(&body));
+        }
+    }
+    let (status, page) = s.call("GET", "/", None, None);
+    assert_eq!(status, 200);
+    assert!(String::from_utf8(page).unwrap().contains("uPlot"));
+    s.kill();
+}
+
+/// The thin client in the same binary: upload, put-file, deploy, list, status, stop, delete,
+/// with tables, `--json`, and exit codes a script can use.
+#[test]
+fn the_thin_client_deploys_lists_watches_and_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let token = tenant(&s, &admin, "acme");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    let client = |args: &[&str]| {
+        let out = weir().arg("--server").arg(&s.base).arg("--token-file").arg(&token_file).args(args).output().unwrap();
+        (out.status.code(), String::from_utf8(out.stdout).unwrap(), String::from_utf8(out.stderr).unwrap())
+    };
+    for (name, file) in [("orders-json", "orders_json"), ("error-rate", "error_rate"), ("file-sink", "jsonl_file_sink")]
+    {
+        let (code, out, err) = client(&["upload", name, component(file).to_str().unwrap()]);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(out.contains("sha256:"), "{out}");
+    }
+    let events = orders(dir.path(), 5_000, 3);
+    let (code, _, err) = client(&["put-file", events.to_str().unwrap(), "orders.jsonl"]);
+    assert_eq!(code, Some(0), "{err}");
+    let file = dir.path().join("errors.toml");
+    std::fs::write(&file, orders_pipeline("errors", "orders.jsonl", 1_000)).unwrap();
+    let (code, out, err) = client(&["deploy", file.to_str().unwrap()]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.starts_with("errors: running"), "{out}");
+    s.wait_for(&token, "errors", &["finished"]);
+    let (_, table, _) = client(&["list"]);
+    assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
+    assert!(table.lines().any(|l| l.starts_with("errors") && l.contains("finished")), "{table}");
+    let (_, json, _) = client(&["status", "errors", "--json"]);
+    let v: Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["state"], "finished");
+    let (code, out, _) = client(&["stop", "errors"]);
+    assert_eq!(code, Some(0));
+    assert!(out.starts_with("errors: stopped"), "{out}");
+    // Refused requests exit 2 with the service's reason; an unreachable service exits 3.
+    let (code, _, err) = client(&["status", "nope"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("404"), "{err}");
+    let (code, _, _) = client(&["delete", "errors", "--state"]);
+    assert_eq!(code, Some(0));
+    let (code, _, _) = client(&["status", "errors"]);
+    assert_eq!(code, Some(2));
+    let out =
+        weir().args(["--server", "http://127.0.0.1:9", "--token-file"]).arg(&token_file).arg("list").output().unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kill();
+}
