@@ -56,10 +56,10 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "setup" => setup().and_then(|()| python(&root)).map(drop),
-        "build" => setup().and_then(|()| build(&root)),
-        "demo" => setup().and_then(|()| build(&root)).and_then(|()| demo(&root)),
-        "test" => setup().and_then(|()| build(&root)).and_then(|()| tansu()).and_then(|t| test(&root, t)),
+        "setup" => setup(&[]).and_then(|()| python(&root)).map(drop),
+        "build" => setup(&[]).and_then(|()| build(&root)),
+        "demo" => setup(&[]).and_then(|()| build(&root)).and_then(|()| demo(&root)),
+        "test" => setup(TEST_PACKAGES).and_then(|()| build(&root)).and_then(|()| tansu()).and_then(|t| test(&root, t)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -95,7 +95,12 @@ fn have(cmd: &str, arg: &str) -> bool {
     Command::new(cmd).arg(arg).output().is_ok_and(|o| o.status.success())
 }
 
-fn setup() -> Result<()> {
+/// What only the tests need: the web console is tested in Debian's headless Chromium, driven
+/// over WebDriver by its ChromeDriver (`tests/console.rs`).
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver"];
+
+/// Installs the build's tools and packages, and `extra` packages besides.
+fn setup(extra: &[&str]) -> Result<()> {
     let targets = Command::new("rustup").args(["target", "list", "--installed"]).output();
     if !targets.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("wasm32-wasip2")) {
         run(Command::new("rustup").args(["target", "add", "wasm32-wasip2"]))?;
@@ -103,7 +108,8 @@ fn setup() -> Result<()> {
     // RocksDB's bindings need libclang (libclang-dev; the image's libclang-cpp is another
     // library) and building it needs clang or g++. Graphviz renders `weir graph`'s SVG, which
     // the project tests check.
-    const PACKAGES: [&str; 4] = ["clang", "libclang-dev", "g++", "graphviz"];
+    const BUILD_PACKAGES: [&str; 4] = ["clang", "libclang-dev", "g++", "graphviz"];
+    let packages = [&BUILD_PACKAGES[..], extra].concat();
     let installed = |p: &str| {
         Command::new("dpkg-query")
             .args(["-W", "-f=${Status}", p])
@@ -111,10 +117,10 @@ fn setup() -> Result<()> {
             .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
     };
     if !have("dpkg-query", "--version") {
-        eprintln!("not a Debian system: make sure {PACKAGES:?} (or their equivalents) are installed");
+        eprintln!("not a Debian system: make sure {packages:?} (or their equivalents) are installed");
         return Ok(());
     }
-    if PACKAGES.iter().all(|p| installed(p)) {
+    if packages.iter().all(|p| installed(p)) {
         return Ok(());
     }
     let root = Command::new("id").arg("-u").output().is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
@@ -126,7 +132,7 @@ fn setup() -> Result<()> {
         run(c.args(args).env("DEBIAN_FRONTEND", "noninteractive"))
     };
     apt(&["update", "-qq"])?;
-    apt(&[&["install", "-y", "-qq"][..], &PACKAGES[..]].concat())
+    apt(&[&["install", "-y", "-qq"][..], &packages[..]].concat())
 }
 
 fn target_dir() -> Result<PathBuf> {
