@@ -6,203 +6,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 use serde_json::{Value, json};
-
-/// How long a condition the service must reach may take before the test fails.
-const PATIENCE: Duration = Duration::from_secs(120);
-
-struct Server {
-    child: Child,
-    base: String,
-    agent: ureq::Agent,
-}
-
-impl Server {
-    /// Starts `weir serve` on a free port and waits for the line that names it.
-    fn start(data: &Path, admin_file: &Path, extra: &[&str]) -> Server {
-        let mut child = weir()
-            .arg("serve")
-            .arg("--data")
-            .arg(data)
-            .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
-            .arg(admin_file)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let base = loop {
-            let line = lines.next().expect("weir serve exited before listening").unwrap();
-            if let Some(addr) = line.strip_prefix("weir serve: listening on ") {
-                break addr.to_string();
-            }
-        };
-        // Keep draining stderr so the service never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
-        Server { child, base, agent }
-    }
-
-    fn call(&self, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Vec<u8>) {
-        let url = format!("{}{path}", self.base);
-        let auth = token.map(|t| format!("Bearer {t}"));
-        macro_rules! go {
-            ($req:expr, with_body) => {{
-                let mut r = $req;
-                if let Some(a) = &auth {
-                    r = r.header("Authorization", a);
-                }
-                r.send(body.unwrap_or(&[]))
-            }};
-            ($req:expr) => {{
-                let mut r = $req;
-                if let Some(a) = &auth {
-                    r = r.header("Authorization", a);
-                }
-                r.call()
-            }};
-        }
-        let response = match method {
-            "GET" => go!(self.agent.get(&url)),
-            "DELETE" => go!(self.agent.delete(&url)),
-            "PUT" => go!(self.agent.put(&url), with_body),
-            "POST" => go!(self.agent.post(&url), with_body),
-            m => panic!("{m}"),
-        };
-        let mut response = response.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let status = response.status().as_u16();
-        let bytes = response.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap();
-        (status, bytes)
-    }
-
-    fn json(&self, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Value) {
-        let (status, bytes) = self.call(method, path, token, body);
-        (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() })
-    }
-
-    /// The request must succeed with `want`; returns its JSON.
-    fn expect(&self, want: u16, method: &str, path: &str, token: Option<&str>, body: Option<&[u8]>) -> Value {
-        let (status, v) = self.json(method, path, token, body);
-        assert_eq!(status, want, "{method} {path}: {v}");
-        v
-    }
-
-    /// Waits until the pipeline's state is one of `states`; returns its view.
-    fn wait_for(&self, token: &str, name: &str, states: &[&str]) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let v = self.expect(200, "GET", &format!("/v1/pipelines/{name}"), Some(token), None);
-            if states.contains(&v["state"].as_str().unwrap_or("")) {
-                return v;
-            }
-            assert!(Instant::now() < deadline, "pipeline {name} never reached {states:?}: {v}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn kill(mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// SIGTERM, and the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        unsafe_kill_term(self.child.id());
-        self.child.wait().unwrap()
-    }
-}
-
-fn unsafe_kill_term(pid: u32) {
-    let status = std::process::Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap();
-    assert!(status.success());
-}
-
-fn admin_file(dir: &Path) -> (PathBuf, String) {
-    let token = "admin-token-for-this-test-0123456789".to_string();
-    let path = dir.join("admin-token");
-    std::fs::write(&path, format!("{token}\n")).unwrap();
-    (path, token)
-}
-
-/// Creates a tenant and returns a token of its.
-fn tenant(s: &Server, admin: &str, name: &str) -> String {
-    s.expect(201, "POST", "/v1/tenants", Some(admin), Some(json!({ "name": name }).to_string().as_bytes()));
-    let t = s.expect(201, "POST", &format!("/v1/tenants/{name}/tokens"), Some(admin), None);
-    t["token"].as_str().unwrap().to_string()
-}
-
-fn upload_plugins(s: &Server, token: &str) {
-    for (name, file) in [("orders-json", "orders_json"), ("error-rate", "error_rate"), ("file-sink", "jsonl_file_sink")]
-    {
-        let bytes = std::fs::read(component(file)).unwrap();
-        let v = s.expect(201, "PUT", &format!("/v1/plugins/{name}"), Some(token), Some(&bytes));
-        assert!(v["digest"].as_str().unwrap().starts_with("sha256:"), "{v}");
-    }
-}
-
-/// The orders error-rate pipeline over `input` in the tenant's data area, writing windows to
-/// `out/NAME` there.
-fn orders_pipeline(name: &str, input: &str, batch: usize) -> String {
-    format!(
-        r#"name = "{name}"
-[source]
-type = "replay"
-path = "{input}"
-max_offsets_per_trigger = {batch}
-[trigger]
-mode = "available-now"
-[parse]
-plugin = "orders-json"
-[watermark]
-delay = "10 minutes"
-flush_at_end = true
-[window]
-type = "tumbling"
-size = "1 minute"
-[aggregate]
-plugin = "error-rate"
-[sink]
-plugin = "file-sink"
-config = {{ dir = "/out" }}
-grants.dirs = [{{ host = "out/{name}", guest = "/out", writable = true }}]
-"#
-    )
-}
-
-/// The same pipeline for `weir test` on this machine: the components by path, the input by
-/// path, and no sink (`weir test` prints the rows).
-fn local_copy(dir: &Path, text: &str, input: &str, events: &Path) -> PathBuf {
-    let text = text
-        .split("[sink]")
-        .next()
-        .unwrap()
-        .replace("\"orders-json\"", &format!("{:?}", component("orders_json").display().to_string()))
-        .replace("\"error-rate\"", &format!("{:?}", component("error_rate").display().to_string()))
-        .replace(&format!("path = \"{input}\""), &format!("path = {:?}", events.display().to_string()));
-    let path = dir.join(format!("local-{}.toml", std::process::id()));
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-/// The rows the file sink committed under `out/NAME`, read through the files API.
-fn output_rows(s: &Server, token: &str, name: &str) -> Vec<Value> {
-    let list = s.expect(200, "GET", &format!("/v1/files?prefix=out/{name}"), Some(token), None);
-    let mut rows = Vec::new();
-    for f in list["files"].as_array().unwrap() {
-        let path = f["path"].as_str().unwrap();
-        let (status, bytes) = s.call("GET", &format!("/v1/files/{path}"), Some(token), None);
-        assert_eq!(status, 200, "{path}");
-        rows.extend(json_lines(&String::from_utf8(bytes).unwrap()));
-    }
-    rows
-}
 
 #[test]
 fn a_tenant_deploys_the_orders_pipeline_through_the_api_and_gets_the_oracle_s_windows() {
@@ -425,44 +233,59 @@ fn pause_resume_update_with_state_kept_and_a_refused_update_leaves_the_old_run()
     let s = Server::start(&data, &admin_path, &[]);
     let acme = tenant(&s, &admin, "acme");
     upload_plugins(&s, &acme);
+    let v2 = std::fs::read(component("versioned_count")).unwrap();
+    s.expect(201, "PUT", "/v1/plugins/error-rate-v2", Some(&acme), Some(&v2));
     let events = orders(dir.path(), 30_000, 21);
     s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&acme), Some(&std::fs::read(&events).unwrap()));
-    // A slow source, so the run is still going when it is paused: batches of 200.
-    let text = orders_pipeline("errors", "orders.jsonl", 200);
+    // A batch of 200 every 100 ms: 15 s of batches, so windows are open throughout the changes
+    // below.
+    let text = orders_pipeline("errors", "orders.jsonl", 200)
+        .replace("mode = \"available-now\"", "mode = \"processing-time\"\ninterval = \"100ms\"");
     s.expect(201, "PUT", "/v1/pipelines/errors", Some(&acme), Some(text.as_bytes()));
     let v = s.expect(200, "POST", "/v1/pipelines/errors/pause", Some(&acme), None);
-    assert_eq!(v["desired"], "paused", "{v}");
-    assert!(v["state"] == "idle" || v["state"] == "finished", "{v}");
+    assert_eq!((v["desired"].as_str(), v["state"].as_str()), (Some("paused"), Some("idle")), "{v}");
     let v = s.expect(200, "POST", "/v1/pipelines/errors/stop", Some(&acme), None);
     assert_eq!(v["desired"], "stopped");
     s.expect(409, "POST", "/v1/pipelines/errors/resume", Some(&acme), None);
     s.expect(200, "POST", "/v1/pipelines/errors/start", Some(&acme), None);
     s.expect(200, "POST", "/v1/pipelines/errors/pause", Some(&acme), None);
-    s.expect(200, "POST", "/v1/pipelines/errors/resume", Some(&acme), None);
+    let v = s.expect(200, "POST", "/v1/pipelines/errors/resume", Some(&acme), None);
+    assert_eq!((v["desired"].as_str(), v["state"].as_str()), (Some("running"), Some("running")), "{v}");
 
-    // An update to a file whose checkpoint the state cannot take (another source): refused,
-    // the old file runs on.
-    s.expect(201, "PUT", "/v1/files/other.jsonl", Some(&acme), Some(b"{}\n"));
-    let r = s.expect(
-        409,
-        "PUT",
-        "/v1/pipelines/errors",
-        Some(&acme),
-        Some(text.replace("path = \"orders.jsonl\"", "path = \"other.jsonl\"").as_bytes()),
-    );
-    assert!(r["error"].as_str().unwrap().contains("cannot start"), "{r}");
+    // The aggregator updated mid-run to a build with a new state encoding: the service restarts
+    // the pipeline on it without a restart of its own, and the state is migrated.
+    let last_seq = |s: &Server| {
+        let p = s.expect(200, "GET", "/v1/pipelines/errors/progress", Some(&acme), None);
+        p["progress"].as_array().unwrap().last().map_or(0, |r| r["seq"].as_u64().unwrap())
+    };
+    let migrated = text.replace("\"error-rate\"", "\"error-rate-v2\"");
+    s.expect(200, "PUT", "/v1/pipelines/errors", Some(&acme), Some(migrated.as_bytes()));
+    let after_update = last_seq(&s);
+    let deadline = Instant::now() + PATIENCE;
+    while last_seq(&s) <= after_update {
+        assert!(Instant::now() < deadline, "no batch on the new build");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Back to the old build, which cannot read the new accumulators: refused with the reason,
+    // and the new build runs on.
+    let r = s.expect(409, "PUT", "/v1/pipelines/errors", Some(&acme), Some(text.as_bytes()));
+    assert!(r["error"].as_str().unwrap().contains("state version 2"), "{r}");
     let file = s.call("GET", "/v1/pipelines/errors/file", Some(&acme), None).1;
-    assert_eq!(String::from_utf8(file).unwrap(), text, "the registry kept the old file");
-    // An update that the state can take (a larger batch): the run goes on from its state.
-    let bigger = text.replace("max_offsets_per_trigger = 200", "max_offsets_per_trigger = 5000");
-    s.expect(200, "PUT", "/v1/pipelines/errors", Some(&acme), Some(bigger.as_bytes()));
+    assert_eq!(String::from_utf8(file).unwrap(), migrated, "the registry kept the file that runs");
+    assert_eq!(s.expect(200, "GET", "/v1/pipelines/errors", Some(&acme), None)["state"], "running");
+    // Nor may an update read another source on this checkpoint.
+    s.expect(201, "PUT", "/v1/files/other.jsonl", Some(&acme), Some(b"{}\n"));
+    let other = migrated.replace("path = \"orders.jsonl\"", "path = \"other.jsonl\"");
+    let r = s.expect(409, "PUT", "/v1/pipelines/errors", Some(&acme), Some(other.as_bytes()));
+    assert!(r["error"].as_str().unwrap().contains("cannot start"), "{r}");
+
     s.wait_for(&acme, "errors", &["finished"]);
     let rows = output_rows(&s, &acme, "errors");
-    let local = local_copy(dir.path(), &bigger, "orders.jsonl", &events);
+    let local = local_copy(dir.path(), &orders_pipeline("errors", "orders.jsonl", 200), "orders.jsonl", &events);
     assert_eq!(
         windows_of(&rows),
         windows_of(&weir_test(&local, &events)),
-        "each window once, across the pauses and the update"
+        "each window once, across the pauses and the updates"
     );
     s.kill();
 

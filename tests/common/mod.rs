@@ -5,6 +5,7 @@
 
 pub mod kafka;
 pub mod medallion;
+pub mod serve;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

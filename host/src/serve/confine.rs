@@ -252,25 +252,32 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// Refuses a path outside `area`, by its words or through a link in the part of it that exists.
-fn confine_path(area: &Path, field: &str, path: &Path) -> Result<(), Refusal> {
-    let outside =
-        || refuse(field, format!("`{}` is outside your data area: use a path relative to it", shown(area, path)));
+/// Whether `path` is inside `area`, by its words and through every link in the part of it that
+/// exists.
+pub(crate) fn within(area: &Path, path: &Path) -> bool {
     let p = normalize(path);
     if !p.starts_with(area) {
-        return Err(outside());
+        return false;
     }
     let mut existing = p.as_path();
     while !existing.exists() {
         match existing.parent() {
             Some(parent) => existing = parent,
-            None => return Err(outside()),
+            None => return false,
         }
     }
-    let real_area = std::fs::canonicalize(area).map_err(|_| outside())?;
-    match std::fs::canonicalize(existing) {
-        Ok(real) if real.starts_with(&real_area) => Ok(()),
-        _ => Err(outside()),
+    match (std::fs::canonicalize(area), std::fs::canonicalize(existing)) {
+        (Ok(real_area), Ok(real)) => real.starts_with(real_area),
+        _ => false,
+    }
+}
+
+/// Refuses a path outside `area`, naming the key.
+fn confine_path(area: &Path, field: &str, path: &Path) -> Result<(), Refusal> {
+    if within(area, path) {
+        Ok(())
+    } else {
+        Err(refuse(field, format!("`{}` is outside your data area: use a path relative to it", shown(area, path))))
     }
 }
 

@@ -25,9 +25,10 @@ pub(crate) struct Service {
     admin: blake3::Hash,
     allow_network: Vec<String>,
     registry: Mutex<Registry>,
-    /// Held across a change to one tenant's pipelines (its check, its start or stop, its
-    /// save), so two requests cannot both pass a quota check or start the same run.
-    changes: Mutex<()>,
+    /// One per tenant, held across a change to its pipelines or plugins (the check, the start
+    /// or stop, the save), so two requests cannot both pass a quota check or start the same
+    /// run; per tenant, so one tenant's slow start never holds up another's requests.
+    changes: Mutex<std::collections::HashMap<String, Arc<Mutex<()>>>>,
     supervisor: Supervisor,
 }
 
@@ -132,7 +133,7 @@ impl Service {
             admin: settings.admin,
             allow_network: settings.allow_network,
             registry: Mutex::new(registry),
-            changes: Mutex::new(()),
+            changes: Mutex::default(),
             supervisor: Supervisor::new(runtime),
         });
         let running: Vec<Key> = {
@@ -151,12 +152,19 @@ impl Service {
             let s = service.clone();
             // Side by side, so one slow to recover does not hold the others back.
             std::thread::spawn(move || {
+                let one = s.one_at_a_time(&key.0);
+                let _one = one.lock().unwrap_or_else(|e| e.into_inner());
                 if let Err(e) = s.run(&key) {
                     tracing::warn!("pipeline {} of {} did not resume: {}", key.1, key.0, e.error);
                 }
             });
         }
         Ok(service)
+    }
+
+    fn one_at_a_time(&self, tenant: &str) -> Arc<Mutex<()>> {
+        let mut locks = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        locks.entry(tenant.to_string()).or_default().clone()
     }
 
     pub(crate) fn identify(&self, token: &str) -> Option<Caller> {
@@ -328,7 +336,8 @@ impl Service {
     }
 
     pub(crate) fn delete_plugin(&self, caller: &Caller, tenant: &str, name: &str) -> Result<(), ApiError> {
-        let _one = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.one_at_a_time(tenant);
+        let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let (digest, pipelines) = {
             let r = self.registry();
             let t = r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("plugin"))?;
@@ -374,6 +383,11 @@ impl Service {
             )));
         }
         let target = area.join(path);
+        // Checked before a directory is made: a link a plugin left in the area must not lead
+        // the service to make directories outside it.
+        if !confine::within(&area, &target) {
+            return Err(ApiError::not_found("directory"));
+        }
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(ApiError::internal)?;
             inside(&area, parent).ok_or_else(|| ApiError::not_found("directory"))?;
@@ -458,7 +472,8 @@ impl Service {
         start: bool,
     ) -> Result<(StatusCode, PipelineView), ApiError> {
         check_name("pipeline", name)?;
-        let _one = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.one_at_a_time(tenant);
+        let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let confined = self.scope_confine(tenant, name, text)?;
         let key: Key = (tenant.to_string(), name.to_string());
         let (old, quotas, others, count) = {
@@ -545,7 +560,8 @@ impl Service {
         name: &str,
         action: Action,
     ) -> Result<PipelineView, ApiError> {
-        let _one = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.one_at_a_time(tenant);
+        let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let key: Key = (tenant.to_string(), name.to_string());
         let desired = {
             let r = self.registry();
@@ -601,7 +617,8 @@ impl Service {
         state: bool,
         outputs: bool,
     ) -> Result<(), ApiError> {
-        let _one = self.changes.lock().unwrap_or_else(|e| e.into_inner());
+        let one = self.one_at_a_time(tenant);
+        let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let key: Key = (tenant.to_string(), name.to_string());
         let text = {
             let r = self.registry();
