@@ -152,8 +152,10 @@ impl<R: Role> Sandbox<R> {
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);
         // Runs each tick once a call has run for its fair slice: ends it at its deadline, and
-        // while other pipelines share the process, sleeps GIVE_WAY ticks for each tick it runs.
+        // while other pipelines share the process, sleeps GIVE_WAY ticks for each tick it runs,
+        // divided by the stage's weight.
         let pipelines = self.pipelines.clone();
+        let give_way = EPOCH_TICK * GIVE_WAY / spec.limits.cpu_weight.max(1);
         store.epoch_deadline_callback(move |cx| {
             let s = cx.data();
             let now = Instant::now();
@@ -161,7 +163,7 @@ impl<R: Role> Sandbox<R> {
                 return Err(LimitExceeded::Deadline(s.spec.limits.call_timeout).into());
             }
             if pipelines.load(std::sync::atomic::Ordering::Relaxed) > 1 {
-                std::thread::sleep((EPOCH_TICK * GIVE_WAY).min(s.deadline - now));
+                std::thread::sleep(give_way.min(s.deadline - now));
             }
             Ok(wasmtime::UpdateDeadline::Continue(1))
         });

@@ -74,6 +74,13 @@ pub(crate) const MAX_MAX_STATE_KB: u64 = 64 << 10;
 pub(crate) const DEFAULT_MAX_TIMERS: usize = 1_000;
 pub(crate) const MAX_MAX_TIMERS: u64 = 1_000_000;
 
+/// `limits.cpu_weight`: the stage's weight in the fair share of CPU between pipelines. A call
+/// that runs past its fair slice while other pipelines share the process sleeps three ticks for
+/// each tick it runs, divided by its weight: weight 1 gets a quarter of a core, 3 a half.
+/// `weir serve` sets it from the tenant's `quotas.cpu_weight` and refuses it in a tenant's file.
+pub(crate) const DEFAULT_CPU_WEIGHT: u32 = 1;
+pub(crate) const MAX_CPU_WEIGHT: u64 = 16;
+
 /// Bytes of `host.log` messages one call may write; past it, messages are dropped and counted.
 pub(crate) const LOG_BYTES_PER_CALL: usize = 16 << 10;
 /// Bytes of `host.log` messages a stage may write per minute; past it, messages are dropped and
@@ -112,6 +119,7 @@ pub(crate) struct Limits {
     pub max_state: usize,
     /// A processor's timers per key.
     pub max_timers: usize,
+    pub cpu_weight: u32,
 }
 
 impl Default for Limits {
@@ -125,6 +133,7 @@ impl Default for Limits {
             max_disk: DEFAULT_MAX_DISK_MB << 20,
             max_state: (DEFAULT_MAX_STATE_KB << 10) as usize,
             max_timers: DEFAULT_MAX_TIMERS,
+            cpu_weight: DEFAULT_CPU_WEIGHT,
         }
     }
 }
@@ -145,6 +154,7 @@ pub(crate) struct LimitsFile {
     max_disk_mb: Option<u64>,
     max_state_kb: Option<u64>,
     max_timers: Option<u64>,
+    cpu_weight: Option<u64>,
 }
 
 /// A limit out of its range: the key under `limits` and what is allowed.
@@ -205,7 +215,21 @@ impl LimitsFile {
             None => d.max_timers,
             Some(v) => in_range("max_timers", v, 1, MAX_MAX_TIMERS)? as usize,
         };
-        Ok(Limits { call_timeout, max_memory, max_output, recycle_after_calls, fuel, max_disk, max_state, max_timers })
+        let cpu_weight = match self.cpu_weight {
+            None => d.cpu_weight,
+            Some(v) => in_range("cpu_weight", v, 1, MAX_CPU_WEIGHT)? as u32,
+        };
+        Ok(Limits {
+            call_timeout,
+            max_memory,
+            max_output,
+            recycle_after_calls,
+            fuel,
+            max_disk,
+            max_state,
+            max_timers,
+            cpu_weight,
+        })
     }
 }
 
@@ -234,5 +258,8 @@ mod tests {
         assert_eq!(limits("max_state_kb = 0").unwrap_err().key, "max_state_kb");
         assert_eq!(limits("max_timers = 5").unwrap().max_timers, 5);
         assert_eq!(limits("max_timers = 2000000").unwrap_err().key, "max_timers");
+        assert_eq!(limits("").unwrap().cpu_weight, 1);
+        assert_eq!(limits("cpu_weight = 3").unwrap().cpu_weight, 3);
+        assert_eq!(limits("cpu_weight = 17").unwrap_err().key, "cpu_weight");
     }
 }

@@ -12,6 +12,8 @@
 //! - Network addresses (Kafka brokers, `grants.network`, `grants.http`) must be on the admin's
 //!   allow-list; Kafka options that read or run files on the service's machine are refused.
 //! - Nothing of the service's own process reaches a plugin: no `grants.env`, no `grants.stdout`.
+//! - Every stage runs with the tenant's CPU weight (`limits.cpu_weight`), which the file may not
+//!   set.
 //!
 //! Invariant: a pipeline that leaves here refers to no file outside its tenant's data area but
 //! the tenant's own components in the store.
@@ -48,6 +50,8 @@ pub(crate) struct Scope<'a> {
     pub plugins: &'a BTreeMap<String, PluginRecord>,
     /// `host:port` entries a pipeline may connect to.
     pub allow_network: &'a [String],
+    /// The tenant's `quotas.cpu_weight`, which every stage gets as its `limits.cpu_weight`.
+    pub cpu_weight: u32,
 }
 
 /// A confined pipeline, ready to run.
@@ -207,6 +211,12 @@ fn resolve_plugins(scope: &Scope, v: &mut toml::Value, at: &str, digests: &mut V
         toml::Value::Table(t) => {
             for (k, v) in t.iter_mut() {
                 let here = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
+                if k == "limits" && v.get("cpu_weight").is_some() {
+                    return Err(refuse(
+                        format!("{here}.cpu_weight"),
+                        "the service sets each stage's CPU weight from your quota: remove it",
+                    ));
+                }
                 if k == "plugin" {
                     let Some(name) = v.as_str() else {
                         return Err(refuse(here, "must be the name or digest of an uploaded plugin"));
@@ -224,6 +234,13 @@ fn resolve_plugins(scope: &Scope, v: &mut toml::Value, at: &str, digests: &mut V
                     *v = toml::Value::String(path.to_string_lossy().into_owned());
                 } else {
                     resolve_plugins(scope, v, &here, digests)?;
+                }
+            }
+            // A plugin's stage: it runs with the tenant's weight.
+            if t.contains_key("plugin") {
+                let limits = t.entry("limits").or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                if let Some(l) = limits.as_table_mut() {
+                    l.insert("cpu_weight".into(), toml::Value::Integer(i64::from(scope.cpu_weight)));
                 }
             }
         }

@@ -57,6 +57,11 @@ pub(crate) struct Quotas {
     pub max_plugin_memory_mb: u64,
     #[serde(default = "default_max_files_mb")]
     pub max_files_mb: u64,
+    #[serde(default = "default_max_state_mb")]
+    pub max_state_mb: u64,
+    /// Every stage of the tenant's pipelines runs with this `limits.cpu_weight`.
+    #[serde(default = "default_cpu_weight")]
+    pub cpu_weight: u32,
 }
 
 fn default_max_pipelines() -> u32 {
@@ -68,6 +73,12 @@ fn default_max_plugin_memory_mb() -> u64 {
 fn default_max_files_mb() -> u64 {
     limits::DEFAULT_MAX_FILES_MB
 }
+fn default_max_state_mb() -> u64 {
+    limits::DEFAULT_MAX_STATE_MB
+}
+fn default_cpu_weight() -> u32 {
+    crate::plugin::DEFAULT_CPU_WEIGHT
+}
 
 impl Default for Quotas {
     fn default() -> Self {
@@ -75,6 +86,8 @@ impl Default for Quotas {
             max_pipelines: default_max_pipelines(),
             max_plugin_memory_mb: default_max_plugin_memory_mb(),
             max_files_mb: default_max_files_mb(),
+            max_state_mb: default_max_state_mb(),
+            cpu_weight: default_cpu_weight(),
         }
     }
 }

@@ -31,6 +31,7 @@ impl Area {
             files: &self.files,
             plugins: &self.plugins,
             allow_network: &self.allow,
+            cpu_weight: 3,
         };
         confine(&scope, text)
     }
@@ -56,6 +57,10 @@ fn an_uploaded_plugin_by_name_or_digest_resolves_into_the_store_and_the_run_is_n
     let component = &c.pipeline.parse.as_ref().unwrap().component;
     assert_eq!(component, &a.data.path().join("plugins").join(format!("{}.wasm", &DIGEST[7..])));
     assert_eq!(c.digests, [DIGEST]);
+    assert!(c.pipeline.stages().all(|s| s.limits.cpu_weight == 3), "the tenant's weight on every stage");
+    let own_weight = file("orders.jsonl", "")
+        .replace("plugin = \"orders-json\"\n", "plugin = \"orders-json\"\nlimits = { cpu_weight = 16 }\n");
+    assert_eq!(a.confine(&own_weight).unwrap_err().field, "parse.limits.cpu_weight");
     let no_sink = file("orders.jsonl", "[sink]\n").replace("[sink]\n", "");
     assert_eq!(a.confine(&no_sink).unwrap_err().field, "sink");
     let by_digest = file("orders.jsonl", "").replace("\"orders-json\"", &format!("{DIGEST:?}"));
