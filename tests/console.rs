@@ -6,46 +6,33 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+use common::serve::*;
 use common::*;
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";
 const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
-const PATIENCE: Duration = Duration::from_secs(60);
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
 
 fn agent() -> ureq::Agent {
     ureq::Agent::config_builder().http_status_as_error(false).build().into()
 }
 
-fn send(agent: &ureq::Agent, method: &str, url: &str, token: Option<&str>, body: Option<&[u8]>) -> (u16, Value) {
-    let auth = token.map(|t| format!("Bearer {t}"));
+/// A WebDriver command: JSON in, JSON out.
+fn send(agent: &ureq::Agent, method: &str, url: &str, body: &Value) -> (u16, Value) {
     let response = match method {
-        "GET" => {
-            let mut r = agent.get(url);
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.call()
-        }
+        "GET" => agent.get(url).call(),
         "DELETE" => agent.delete(url).call(),
-        m => {
-            let mut r = if m == "PUT" { agent.put(url) } else { agent.post(url) };
-            if let Some(a) = &auth {
-                r = r.header("Authorization", a);
-            }
-            r.send(body.unwrap_or(&[]))
-        }
+        _ => agent.post(url).send(body.to_string().as_bytes()),
     };
     let mut response = response.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
     let status = response.status().as_u16();
-    let bytes = response.body_mut().with_config().limit(1 << 30).read_to_vec().unwrap();
-    (status, if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap_or(Value::Null) })
+    let bytes = response.body_mut().read_to_vec().unwrap();
+    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
 /// A WebDriver session on a ChromeDriver of its own.
@@ -98,7 +85,7 @@ impl Browser {
         .collect::<Vec<_>>();
         let caps = json!({"capabilities": {"alwaysMatch": {"browserName": "chrome",
             "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}});
-        let (status, v) = send(&agent, "POST", &format!("{base}/session"), None, Some(caps.to_string().as_bytes()));
+        let (status, v) = send(&agent, "POST", &format!("{base}/session"), &caps);
         assert_eq!(status, 200, "new session: {v}");
         let session = v["value"]["sessionId"].as_str().unwrap().to_string();
         Browser { driver, base, session, agent, _profile: profile }
@@ -106,7 +93,7 @@ impl Browser {
 
     fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
         let url = format!("{}/session/{}{path}", self.base, self.session);
-        let (status, v) = send(&self.agent, method, &url, None, Some(body.to_string().as_bytes()));
+        let (status, v) = send(&self.agent, method, &url, &body);
         assert_eq!(status, 200, "{method} {path}: {v}");
         v["value"].clone()
     }
@@ -173,64 +160,17 @@ fn shots() -> PathBuf {
 #[test]
 fn a_tenant_signs_in_sees_a_running_pipeline_s_charts_move_and_stops_it_from_the_page() {
     let dir = tempfile::tempdir().unwrap();
-    let admin = "admin-token-for-the-console-test-0123456789";
-    std::fs::write(dir.path().join("admin"), admin).unwrap();
-    let mut server = weir()
-        .arg("serve")
-        .arg("--data")
-        .arg(dir.path().join("data"))
-        .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
-        .arg(dir.path().join("admin"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(server.stderr.take().unwrap()).lines();
-    let api = loop {
-        let line = lines.next().expect("weir serve exited").unwrap();
-        if let Some(a) = line.strip_prefix("weir serve: listening on ") {
-            break a.to_string();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let a = agent();
-    let call = |method: &str, path: &str, token: &str, body: &[u8]| {
-        let (status, v) = send(&a, method, &format!("{api}{path}"), Some(token), Some(body));
-        assert!((200..300).contains(&status), "{method} {path}: {status} {v}");
-        v
-    };
-    call("POST", "/v1/tenants", admin, br#"{"name": "acme"}"#);
-    let token = call("POST", "/v1/tenants/acme/tokens", admin, b"")["token"].as_str().unwrap().to_string();
-    for (name, file) in [("orders-json", "orders_json"), ("error-rate", "error_rate"), ("file-sink", "jsonl_file_sink")]
-    {
-        call("PUT", &format!("/v1/plugins/{name}"), &token, &std::fs::read(component(file)).unwrap());
-    }
+    let (admin_path, admin) = admin_file(dir.path());
+    let server = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let api = server.base.clone();
+    let token = tenant(&server, &admin, "acme");
+    upload_plugins(&server, &token);
     let events = orders(dir.path(), 60_000, 4);
-    call("PUT", "/v1/files/orders.jsonl", &token, &std::fs::read(&events).unwrap());
+    server.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&token), Some(&std::fs::read(&events).unwrap()));
     // A batch of 200 every 200 ms: a minute of batches, so the pipeline is running throughout.
-    let pipeline = r#"name = "errors"
-[source]
-type = "replay"
-path = "orders.jsonl"
-max_offsets_per_trigger = 200
-[trigger]
-mode = "processing-time"
-interval = "200ms"
-[parse]
-plugin = "orders-json"
-[watermark]
-delay = "10 minutes"
-[window]
-type = "tumbling"
-size = "1 minute"
-[aggregate]
-plugin = "error-rate"
-[sink]
-plugin = "file-sink"
-config = { dir = "/out" }
-grants.dirs = [{ host = "out/errors", guest = "/out", writable = true }]
-"#;
-    call("PUT", "/v1/pipelines/errors", &token, pipeline.as_bytes());
+    let pipeline = orders_pipeline("errors", "orders.jsonl", 200)
+        .replace("mode = \"available-now\"", "mode = \"processing-time\"\ninterval = \"200ms\"");
+    server.expect(201, "PUT", "/v1/pipelines/errors", Some(&token), Some(pipeline.as_bytes()));
 
     let b = Browser::start();
     b.go(&format!("{api}/"));
@@ -251,7 +191,7 @@ grants.dirs = [{ host = "out/errors", guest = "/out", writable = true }]
 
     b.click("#stop");
     b.until("the stop", "return document.getElementById('action-result').textContent.startsWith('stop: stopped')");
-    let (_, v) = send(&a, "GET", &format!("{api}/v1/pipelines/errors"), Some(&token), None);
+    let v = server.expect(200, "GET", "/v1/pipelines/errors", Some(&token), None);
     assert_eq!(v["desired"], "stopped", "{v}");
     assert_ne!(v["state"], "running", "{v}");
     b.until(
@@ -268,6 +208,5 @@ grants.dirs = [{ host = "out/errors", guest = "/out", writable = true }]
     other.click("#signin");
     other.until("the refusal", "return document.getElementById('error').textContent.includes('bearer token')");
     assert_eq!(other.script("return document.getElementById('app').hidden"), true);
-    let _ = server.kill();
-    let _ = server.wait();
+    server.kill();
 }

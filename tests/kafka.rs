@@ -220,3 +220,35 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
         .unwrap());
     assert_eq!(json_lines(&String::from_utf8(out.stdout).unwrap()).len(), want);
 }
+
+/// `weir serve` with a tenant's pipeline reading the broker: the broker on the service's
+/// allow-list, the Kafka source in the tenant's file, the oracle's windows out; a broker off the
+/// allow-list is refused, naming the key.
+#[test]
+fn a_tenant_s_pipeline_on_weir_serve_reads_kafka_to_the_reference_windows() {
+    use common::serve::*;
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Tansu::start(&dir.path().join("tansu"));
+    broker.create_topic("orders", PARTITIONS);
+    let events = orders(dir.path(), 50_000, 23);
+    assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false), 50_000);
+    let (admin_path, admin) = admin_file(dir.path());
+    let brokers = broker.brokers();
+    let s = Server::start(&dir.path().join("data"), &admin_path, &["--allow-network", &brokers]);
+    let acme = tenant(&s, &admin, "acme");
+    upload_plugins(&s, &acme);
+    let source = kafka_source(&brokers, "orders", 4_000);
+    let text = orders_pipeline("from-kafka", "unused", 4_000)
+        .replace("type = \"replay\"\npath = \"unused\"\nmax_offsets_per_trigger = 4000", &source);
+    let off_list = text.replace(&brokers, "127.0.0.1:1");
+    let r = s.expect(400, "PUT", "/v1/pipelines/from-kafka", Some(&acme), Some(off_list.as_bytes()));
+    assert_eq!(r["field"], "source.kafka.bootstrap.servers", "{r}");
+    s.expect(201, "PUT", "/v1/pipelines/from-kafka", Some(&acme), Some(text.as_bytes()));
+    let done = s.wait_for(&acme, "from-kafka", &["finished", "failed"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    let lag: u64 =
+        done["progress"]["sources"][0]["lag"].as_object().map_or(0, |l| l.values().filter_map(|v| v.as_u64()).sum());
+    assert_eq!(lag, 0, "all read: {done}");
+    assert_eq!(windows_of(&output_rows(&s, &acme, "from-kafka")), reference(&events));
+    s.kill();
+}

@@ -222,6 +222,21 @@ fn bad_requests_are_refused_with_the_field_and_the_fix() {
     assert!(dir.path().join("data/registry.json").exists());
     // The admin token is not a tenant's.
     s.expect(403, "GET", "/v1/pipelines", Some(&admin), None);
+    // A tenant whose state is over its quota cannot start a pipeline again until it frees some.
+    let tiny = json!({"name": "tiny", "quotas": {"max_state_mb": 0}}).to_string();
+    s.expect(201, "POST", "/v1/tenants", Some(&admin), Some(tiny.as_bytes()));
+    let tiny =
+        s.expect(201, "POST", "/v1/tenants/tiny/tokens", Some(&admin), None)["token"].as_str().unwrap().to_string();
+    upload_plugins(&s, &tiny);
+    let events = orders(dir.path(), 2_000, 1);
+    s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&tiny), Some(&std::fs::read(&events).unwrap()));
+    s.expect(201, "PUT", "/v1/pipelines/p", Some(&tiny), Some(good.as_bytes()));
+    s.wait_for(&tiny, "p", &["finished"]);
+    s.expect(200, "POST", "/v1/pipelines/p/stop", Some(&tiny), None);
+    let r = s.expect(403, "POST", "/v1/pipelines/p/start", Some(&tiny), None);
+    assert!(r["error"].as_str().unwrap().contains("state"), "{r}");
+    s.expect(204, "DELETE", "/v1/pipelines/p?state=true", Some(&tiny), None);
+    s.expect(201, "PUT", "/v1/pipelines/p", Some(&tiny), Some(good.as_bytes()));
     s.kill();
 }
 
@@ -441,6 +456,16 @@ fn the_thin_client_deploys_lists_watches_and_deletes() {
     let (_, table, _) = client(&["list"]);
     assert!(table.lines().next().unwrap().starts_with("NAME"), "{table}");
     assert!(table.lines().any(|l| l.starts_with("errors") && l.contains("finished")), "{table}");
+    // A watch follows the event stream until the service goes away.
+    let watch = weir()
+        .arg("--server")
+        .arg(&s.base)
+        .arg("--token-file")
+        .arg(&token_file)
+        .args(["status", "errors", "--watch"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let (_, json, _) = client(&["status", "errors", "--json"]);
     let v: Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["state"], "finished");
@@ -458,5 +483,40 @@ fn the_thin_client_deploys_lists_watches_and_deletes() {
     let out =
         weir().args(["--server", "http://127.0.0.1:9", "--token-file"]).arg(&token_file).arg("list").output().unwrap();
     assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+    // SIGTERM ends the service even with the watch's stream open, and the watch with it.
+    assert_eq!(s.terminate().code(), Some(0));
+    let watched = watch.wait_with_output().unwrap();
+    assert!(String::from_utf8(watched.stdout).unwrap().starts_with("NAME"));
+}
+
+/// A plugin's log lines reach its pipeline's `logs`, escaped so that none forges a line of the
+/// service's own log, and no other tenant's.
+#[test]
+fn a_pipeline_s_plugin_log_lines_are_its_tenant_s_to_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let acme = tenant(&s, &admin, "acme");
+    let rival = tenant(&s, &admin, "rival");
+    upload_plugins(&s, &acme);
+    s.expect(201, "PUT", "/v1/plugins/forger", Some(&acme), Some(&std::fs::read(component("forger")).unwrap()));
+    let events = orders(dir.path(), 1_000, 2);
+    let mut input = std::fs::read_to_string(&events).unwrap();
+    input.push_str("{\"forge\":\"log-forge\",\"order_ts\":1793491200000}\n");
+    s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&acme), Some(input.as_bytes()));
+    let text =
+        orders_pipeline("forged", "orders.jsonl", 500).replace("plugin = \"orders-json\"", "plugin = \"forger\"");
+    s.expect(201, "PUT", "/v1/pipelines/forged", Some(&acme), Some(text.as_bytes()));
+    s.wait_for(&acme, "forged", &["finished", "failed"]);
+    let logs = s.expect(200, "GET", "/v1/pipelines/forged/logs", Some(&acme), None);
+    let lines = logs["logs"].as_array().unwrap();
+    let forged = lines
+        .iter()
+        .find(|l| l["message"].as_str().unwrap_or("").starts_with("innocent"))
+        .unwrap_or_else(|| panic!("{logs}"));
+    assert_eq!(forged["level"], "WARN");
+    assert!(forged["stage"].as_str().unwrap().starts_with("acme--forged/parse"), "{forged}");
+    assert!(!forged["message"].as_str().unwrap().contains('\n'), "escaped: {forged}");
+    s.expect(404, "GET", "/v1/pipelines/forged/logs", Some(&rival), None);
     s.kill();
 }

@@ -56,9 +56,12 @@ pub(super) enum Remote {
         #[arg(long)]
         outputs: bool,
     },
-    /// Service: the last dead letters (or --late events) of a pipeline, as JSON lines.
+    /// Service: the last lines a pipeline's plugins logged; or its last dead letters, or late
+    /// events, as JSON lines.
     Logs {
         name: String,
+        #[arg(long, conflicts_with = "late")]
+        dead_letters: bool,
         #[arg(long)]
         late: bool,
         #[arg(short, long, default_value_t = 20)]
@@ -148,10 +151,7 @@ pub(super) fn run(server: Option<String>, token_file: Option<PathBuf>, cmd: Remo
             if json {
                 println!("{v}");
             } else {
-                println!(
-                    "{:<24} {:<10} {:<10} {:>12} {:<26} {:>8}",
-                    "NAME", "WANTED", "STATE", "ROWS/S", "WATERMARK", "BATCH"
-                );
+                header();
                 for p in v["pipelines"].as_array().into_iter().flatten() {
                     row(p);
                 }
@@ -162,10 +162,7 @@ pub(super) fn run(server: Option<String>, token_file: Option<PathBuf>, cmd: Remo
             if json {
                 println!("{v}");
             } else {
-                println!(
-                    "{:<24} {:<10} {:<10} {:>12} {:<26} {:>8}",
-                    "NAME", "WANTED", "STATE", "ROWS/S", "WATERMARK", "BATCH"
-                );
+                header();
                 row(&v);
                 if let Some(e) = v["error"].as_str() {
                     println!("error: {e}");
@@ -183,11 +180,24 @@ pub(super) fn run(server: Option<String>, token_file: Option<PathBuf>, cmd: Remo
             c.send("DELETE", &format!("/v1/pipelines/{name}?state={state}&outputs={outputs}"), None)?;
             println!("{name}: deleted");
         }
-        Remote::Logs { name, late, n } => {
-            let kind = if late { "late-events" } else { "dead-letters" };
-            let v = c.send("GET", &format!("/v1/pipelines/{name}/{kind}?n={n}"), None)?;
-            for line in v[kind.replace('-', "_")].as_array().into_iter().flatten() {
-                println!("{line}");
+        Remote::Logs { name, dead_letters, late, n } => {
+            let (path, field) = match (dead_letters, late) {
+                (true, _) => ("dead-letters", "dead_letters"),
+                (_, true) => ("late-events", "late_events"),
+                _ => ("logs", "logs"),
+            };
+            let v = c.send("GET", &format!("/v1/pipelines/{name}/{path}?n={n}"), None)?;
+            for line in v[field].as_array().into_iter().flatten() {
+                match field {
+                    "logs" => println!(
+                        "{} {:<5} {}: {}",
+                        crate::progress::show_time(line["ms"].as_i64().unwrap_or(0)),
+                        line["level"].as_str().unwrap_or(""),
+                        line["stage"].as_str().unwrap_or(""),
+                        line["message"].as_str().unwrap_or("")
+                    ),
+                    _ => println!("{line}"),
+                }
             }
         }
     }
@@ -212,6 +222,11 @@ fn roles(v: &Value) -> String {
     v["roles"].as_array().into_iter().flatten().filter_map(Value::as_str).collect::<Vec<_>>().join(", ")
 }
 
+fn header() {
+    println!("{:<24} {:<10} {:<10} {:>12} {:<26} {:>8}", "NAME", "WANTED", "STATE", "ROWS/S", "WATERMARK", "BATCH");
+}
+
+/// One pipeline's line under [`header`].
 fn row(p: &Value) {
     let g = &p["progress"];
     println!(

@@ -297,7 +297,6 @@ enum GenWhat {
 
 /// Runs `weir` with the process's arguments; returns its exit code.
 pub fn main() -> ExitCode {
-    init_logging();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -306,6 +305,7 @@ pub fn main() -> ExitCode {
             return if e.use_stderr() { Exit::Usage.into() } else { Exit::Done.into() };
         }
     };
+    init_logging(matches!(cli.command, Command::Serve { .. }));
     match dispatch(cli.command, cli.server, cli.token_file) {
         Ok(exit) => exit.into(),
         Err(e) => {
@@ -317,14 +317,17 @@ pub fn main() -> ExitCode {
 
 /// Log lines go to stderr, filtered by `WEIR_LOG`, else `RUST_LOG` (both in `tracing`'s
 /// `EnvFilter` syntax, e.g. `warn` or `weir=debug`), else `info`; coloured only on a terminal
-/// and without `NO_COLOR`.
-fn init_logging() {
+/// and without `NO_COLOR`. `serve`: also keep each hosted pipeline's plugin lines for its API
+/// (`serve/logs.rs`), whatever the filter lets through to stderr.
+fn init_logging(serve: bool) {
     use tracing_subscriber::EnvFilter;
+    use tracing_subscriber::prelude::*;
     let filter = EnvFilter::try_from_env("WEIR_LOG")
         .or_else(|_| EnvFilter::try_from_env("RUST_LOG"))
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(colour).init();
+    let stderr = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(colour).with_filter(filter);
+    tracing_subscriber::registry().with(stderr).with(serve.then(crate::serve::plugin_log_layer)).init();
 }
 
 fn dispatch(command: Command, server: Option<String>, token_file: Option<PathBuf>) -> Result<Exit> {

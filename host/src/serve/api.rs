@@ -60,6 +60,7 @@ pub(crate) fn router(service: Shared) -> Router {
         .route("/v1/pipelines/{name}/events", get(events))
         .route("/v1/pipelines/{name}/dead-letters", get(dead_letters))
         .route("/v1/pipelines/{name}/late-events", get(late_events))
+        .route("/v1/pipelines/{name}/logs", get(plugin_logs))
         .route("/v1/metrics", get(metrics))
         .merge(super::console::router())
         .fallback(|| async { ApiError::not_found("route") })
@@ -345,6 +346,18 @@ async fn late_events(
     tail(s, h, name, q, true).await
 }
 
+/// The last lines the pipeline's plugins logged, `{"logs": [{"ms", "level", "stage", "message"}]}`.
+async fn plugin_logs(
+    State(s): State<Shared>,
+    h: HeaderMap,
+    Path(name): Path<String>,
+    Query(q): Params,
+) -> Result<impl IntoResponse, ApiError> {
+    let (_, t) = tenant(&s, &h)?;
+    let n = number(&q, "n", 100)? as usize;
+    Ok(Json(serde_json::json!({ "logs": s.plugin_logs(&t, &name, n)? })))
+}
+
 /// The last dead letters (`late`: late events), `{"dead_letters": [...]}` or `{"late_events": [...]}`.
 async fn tail(
     State(s): State<Shared>,
@@ -397,6 +410,7 @@ mod tests {
         ("get", "/v1/pipelines/{name}/events"),
         ("get", "/v1/pipelines/{name}/dead-letters"),
         ("get", "/v1/pipelines/{name}/late-events"),
+        ("get", "/v1/pipelines/{name}/logs"),
         ("get", "/v1/metrics"),
     ];
 

@@ -28,6 +28,9 @@ pub(crate) const DEFAULT_MAX_PLUGIN_MEMORY_MB: u64 = 8_192;
 /// `quotas.max_files_mb` for a tenant created without one: its data area (inputs, outputs, dead
 /// letters), checked on each upload and before each start.
 pub(crate) const DEFAULT_MAX_FILES_MB: u64 = 10_240;
+/// `quotas.max_state_mb` for a tenant created without one: the bytes of its pipelines'
+/// checkpoints (state, offsets, side outputs kept there), checked before each start.
+pub(crate) const DEFAULT_MAX_STATE_MB: u64 = 10_240;
 /// The most plugins one tenant may keep.
 pub(crate) const MAX_PLUGINS_PER_TENANT: usize = 200;
 /// The most tokens alive at once, all tenants counted.
@@ -36,6 +39,9 @@ pub(crate) const MAX_TOKENS: usize = 10_000;
 /// Progress records kept per pipeline for `GET .../progress` and the console's charts: ten
 /// minutes of batches at one every two seconds.
 pub(crate) const RECENT_PROGRESS: usize = 300;
+/// Plugin log lines kept per pipeline for `GET .../logs` (each at most `plugin/spec.rs`'s
+/// `LOG_BYTES_PER_CALL`, and a stage's lines per minute are bounded there too).
+pub(crate) const RECENT_LOG_LINES: usize = 1_000;
 /// The most dead letters or late events one `GET` returns.
 pub(crate) const MAX_TAIL_LINES: usize = 1_000;
 /// The bytes read from the end of a side-output file to find its last lines.

@@ -5,7 +5,8 @@
 //! - `service.rs`: each operation, checked against ownership and quotas and audited;
 //! - `confine.rs`: a tenant's pipeline file made safe to run (its plugins, paths, addresses);
 //! - `store.rs`: uploaded plugins, content-addressed; `registry.rs`: the durable registry;
-//! - `supervisor.rs`: the running pipelines, on the engine `weir run` uses;
+//! - `supervisor.rs`: the running pipelines, on the engine `weir run` uses; `logs.rs`: their
+//!   plugins' log lines;
 //! - `console.rs`: the web console's static files.
 //!
 //! Every bound is a constant in `limits.rs`. After a restart or a `kill -9`, the registry is the
@@ -16,6 +17,7 @@ mod confine;
 mod console;
 mod error;
 mod limits;
+mod logs;
 mod registry;
 mod service;
 mod store;
@@ -30,6 +32,10 @@ use crate::plugin::Runtime;
 /// threads and pipeline threads of its own.
 const WORKERS: usize = 2;
 
+/// How long a stop waits for open requests to finish before it stops the pipelines anyway: a
+/// client following a pipeline's events (`weir status --watch`) never finishes on its own.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServeError {
     #[error("{0}")]
@@ -37,6 +43,8 @@ pub(crate) enum ServeError {
     #[error("cannot listen on {addr}: {source}")]
     Listen { addr: String, source: std::io::Error },
 }
+
+pub(crate) use logs::layer as plugin_log_layer;
 
 /// What `weir serve` is given.
 pub(crate) struct Options {
@@ -46,7 +54,8 @@ pub(crate) struct Options {
     pub allow_network: Vec<String>,
 }
 
-/// Runs the service until SIGTERM or Ctrl-C, then stops every pipeline after its current batch.
+/// Runs the service until SIGTERM or Ctrl-C, then stops every pipeline after its current batch
+/// (open requests get [`SHUTDOWN_GRACE`] to finish first).
 pub(crate) fn serve(opts: Options) -> Result<(), ServeError> {
     let setup = |e: String| ServeError::Setup(e);
     let admin = tokens::read_admin(&opts.admin_token_file).map_err(setup)?;
@@ -67,8 +76,23 @@ pub(crate) fn serve(opts: Options) -> Result<(), ServeError> {
     let app = api::router(service.clone());
     // Scripts wait for this line to know the port (with `--listen 127.0.0.1:0`).
     eprintln!("weir serve: listening on http://{bound}");
-    let served = rt.block_on(async { axum::serve(listener, app).with_graceful_shutdown(shutdown_signal()).await });
+    let served = rt.block_on(async move {
+        let (stopping, stop) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(async move {
+            let mut stop = stop;
+            axum::serve(listener, app).with_graceful_shutdown(async move { drop(stop.changed().await) }).await
+        });
+        shutdown_signal().await;
+        stopping.send_replace(true);
+        match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+            Ok(Ok(served)) => served,
+            // Requests still open past the grace, or the server task ended abnormally: the
+            // pipelines are stopped regardless.
+            _ => Ok(()),
+        }
+    });
     service.shutdown();
+    rt.shutdown_timeout(SHUTDOWN_GRACE);
     served.map_err(|e| ServeError::Listen { addr: bound.to_string(), source: e })
 }
 

@@ -150,7 +150,8 @@ impl Service {
         };
         for key in running {
             let s = service.clone();
-            // Side by side, so one slow to recover does not hold the others back.
+            // A thread each: tenants resume side by side, so one slow to recover holds back no
+            // other tenant; a tenant's own resume one at a time, under its lock.
             std::thread::spawn(move || {
                 let one = s.one_at_a_time(&key.0);
                 let _one = one.lock().unwrap_or_else(|e| e.into_inner());
@@ -228,6 +229,12 @@ impl Service {
     pub(crate) fn create_tenant(&self, caller: &Caller, req: NewTenant) -> Result<serde_json::Value, ApiError> {
         check_tenant_name(&req.name)?;
         let quotas = req.quotas.unwrap_or_default();
+        if !(1..=crate::plugin::MAX_CPU_WEIGHT).contains(&u64::from(quotas.cpu_weight)) {
+            return Err(ApiError::bad(
+                "quotas.cpu_weight",
+                format!("{}: allowed 1 to {}", quotas.cpu_weight, crate::plugin::MAX_CPU_WEIGHT),
+            ));
+        }
         self.change(|r| {
             if r.tenants.contains_key(&req.name) {
                 return Err(ApiError::conflict(format!("tenant `{}` exists", req.name)));
@@ -437,25 +444,27 @@ impl Service {
 
     // --- pipelines ---
 
+    /// The tenant's pipeline file confined (`confine.rs`), or `400` naming the key.
     fn scope_confine(&self, tenant: &str, name: &str, text: &str) -> Result<Confined, ApiError> {
         let plugins = {
             let r = self.registry();
             r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?.plugins.clone()
         };
-        self.scope_confine_with(tenant, name, text, &plugins)
-    }
-
-    fn scope_confine_with(
-        &self,
-        tenant: &str,
-        name: &str,
-        text: &str,
-        plugins: &std::collections::BTreeMap<String, PluginRecord>,
-    ) -> Result<Confined, ApiError> {
         let files = self.files(tenant);
         std::fs::create_dir_all(&files).map_err(ApiError::internal)?;
-        let scope =
-            Scope { tenant, name, data: &self.data, files: &files, plugins, allow_network: &self.allow_network };
+        let cpu_weight = {
+            let r = self.registry();
+            r.tenants.get(tenant).map_or(crate::plugin::DEFAULT_CPU_WEIGHT, |t| t.quotas.cpu_weight)
+        };
+        let scope = Scope {
+            tenant,
+            name,
+            data: &self.data,
+            files: &files,
+            plugins: &plugins,
+            allow_network: &self.allow_network,
+            cpu_weight,
+        };
         confine::confine(&scope, text)
             .map_err(|r| ApiError { at: r.at.map(|(l, c)| [l, c]), ..ApiError::bad(r.field, r.message) })
     }
@@ -497,6 +506,9 @@ impl Service {
         }
         let was_running = old.as_ref().is_some_and(|o| o.desired == Desired::Running);
         let run = start || was_running;
+        if run && !was_running {
+            self.check_state_quota(tenant)?;
+        }
         if !run {
             let data = self.data.display().to_string();
             self.supervisor.probe(&confined.pipeline).map_err(|e| {
@@ -531,6 +543,23 @@ impl Service {
         Ok((status, self.pipeline(tenant, name)?))
     }
 
+    /// `403` when the tenant's checkpoints hold more than its `max_state_mb`.
+    fn check_state_quota(&self, tenant: &str) -> Result<(), ApiError> {
+        let quota = {
+            let r = self.registry();
+            r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?.quotas.max_state_mb
+        };
+        let used = dir_bytes(&self.tenant_dir(tenant).join("checkpoints"));
+        if used > quota << 20 {
+            return Err(ApiError::quota(format!(
+                "your pipelines' state holds {} MiB; your quota is {quota} MiB",
+                used >> 20
+            ))
+            .fix("delete a pipeline with its state (DELETE ...?state=true), or ask for a larger quota"));
+        }
+        Ok(())
+    }
+
     fn start_confined(&self, key: &Key, confined: Confined) -> Result<Started, String> {
         let mut pipeline = confined.pipeline;
         if pipeline.dead_letter.is_none() {
@@ -544,11 +573,7 @@ impl Service {
 
     /// Starts a registered pipeline from its file.
     fn run(&self, key: &Key) -> Result<Started, ApiError> {
-        let text = {
-            let r = self.registry();
-            r.tenants.get(&key.0).and_then(|t| t.pipelines.get(&key.1)).map(|p| p.text.clone())
-        }
-        .ok_or_else(|| ApiError::not_found("pipeline"))?;
+        let text = self.record(&key.0, &key.1)?.text;
         let confined = self.scope_confine(&key.0, &key.1, &text)?;
         self.start_confined(key, confined).map_err(|e| ApiError::conflict(format!("the pipeline cannot start: {e}")))
     }
@@ -563,14 +588,7 @@ impl Service {
         let one = self.one_at_a_time(tenant);
         let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let key: Key = (tenant.to_string(), name.to_string());
-        let desired = {
-            let r = self.registry();
-            r.tenants
-                .get(tenant)
-                .and_then(|t| t.pipelines.get(name))
-                .ok_or_else(|| ApiError::not_found("pipeline"))?
-                .desired
-        };
+        let desired = self.record(tenant, name)?.desired;
         let set = |d: Desired| {
             self.change(|r| {
                 let p = r
@@ -588,6 +606,7 @@ impl Service {
                 if action == Action::Resume && desired != Desired::Paused {
                     return Err(ApiError::conflict("the pipeline is not paused").fix("start it instead"));
                 }
+                self.check_state_quota(tenant)?;
                 self.run(&key)?;
                 set(Desired::Running)?;
             }
@@ -620,15 +639,7 @@ impl Service {
         let one = self.one_at_a_time(tenant);
         let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let key: Key = (tenant.to_string(), name.to_string());
-        let text = {
-            let r = self.registry();
-            r.tenants
-                .get(tenant)
-                .and_then(|t| t.pipelines.get(name))
-                .ok_or_else(|| ApiError::not_found("pipeline"))?
-                .text
-                .clone()
-        };
+        let text = self.record(tenant, name)?.text;
         let sides = self.side_outputs(&key, &text);
         self.change(|r| {
             r.tenants
@@ -638,6 +649,7 @@ impl Service {
                 .ok_or_else(|| ApiError::not_found("pipeline"))
         })?;
         self.supervisor.remove(&key);
+        super::logs::forget(&confine::run_name(tenant, name));
         if state {
             match std::fs::remove_dir_all(self.checkpoint(&key)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(ApiError::internal(e)),
@@ -663,14 +675,7 @@ impl Service {
     }
 
     pub(crate) fn pipeline(&self, tenant: &str, name: &str) -> Result<PipelineView, ApiError> {
-        let record = {
-            let r = self.registry();
-            r.tenants
-                .get(tenant)
-                .and_then(|t| t.pipelines.get(name))
-                .cloned()
-                .ok_or_else(|| ApiError::not_found("pipeline"))?
-        };
+        let record = self.record(tenant, name)?;
         let key: Key = (tenant.to_string(), name.to_string());
         let progress = self
             .supervisor
@@ -694,11 +699,16 @@ impl Service {
     }
 
     pub(crate) fn pipeline_text(&self, tenant: &str, name: &str) -> Result<String, ApiError> {
+        Ok(self.record(tenant, name)?.text)
+    }
+
+    /// The tenant's pipeline of that name, as registered.
+    fn record(&self, tenant: &str, name: &str) -> Result<PipelineRecord, ApiError> {
         let r = self.registry();
         r.tenants
             .get(tenant)
             .and_then(|t| t.pipelines.get(name))
-            .map(|p| p.text.clone())
+            .cloned()
             .ok_or_else(|| ApiError::not_found("pipeline"))
     }
 
@@ -719,6 +729,12 @@ impl Service {
             .and_then(|c| c.pipeline.stateful.map(|s| s.time))
             .map(|t| t.late_path.unwrap_or_else(|| self.checkpoint(key).join("late.jsonl")));
         (dead, late)
+    }
+
+    /// The last `n` lines the pipeline's plugins logged, oldest first.
+    pub(crate) fn plugin_logs(&self, tenant: &str, name: &str, n: usize) -> Result<Vec<super::logs::Line>, ApiError> {
+        self.record(tenant, name)?;
+        Ok(super::logs::recent(&confine::run_name(tenant, name), n))
     }
 
     /// The last `n` dead letters (`late`: late events) of a pipeline, oldest first.
