@@ -159,9 +159,7 @@ fn shots() -> PathBuf {
 
 #[test]
 fn a_tenant_signs_in_sees_a_running_pipeline_s_charts_move_and_stops_it_from_the_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let server = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, server) = fresh();
     let api = server.base.clone();
     let token = tenant(&server, &admin, "acme");
     upload_plugins(&server, &token);

@@ -14,9 +14,7 @@ use serde_json::{Value, json};
 
 #[test]
 fn a_tenant_deploys_the_orders_pipeline_through_the_api_and_gets_the_oracle_s_windows() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let acme = tenant(&s, &admin, "acme");
     upload_plugins(&s, &acme);
     let events = orders(dir.path(), 30_000, 5);
@@ -63,9 +61,7 @@ fn a_tenant_deploys_the_orders_pipeline_through_the_api_and_gets_the_oracle_s_wi
 
 #[test]
 fn another_tenant_finds_nothing_of_acme_s_at_any_endpoint() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let acme = tenant(&s, &admin, "acme");
     let rival = tenant(&s, &admin, "rival");
     upload_plugins(&s, &acme);
@@ -139,9 +135,7 @@ fn another_tenant_finds_nothing_of_acme_s_at_any_endpoint() {
 
 #[test]
 fn bad_requests_are_refused_with_the_field_and_the_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let r = s.expect(400, "POST", "/v1/tenants", Some(&admin), Some(br#"{"name": "acme", "quota": {}}"#));
     assert!(r["error"].as_str().unwrap().contains("unknown field `quota`"), "{r}");
     let r = s.expect(
@@ -404,9 +398,7 @@ fn three_pipelines_give_an_uninterrupted_run_s_output_after_the_service_is_kille
 /// (health: `200`), never "no such route".
 #[test]
 fn every_documented_route_is_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, _) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (_dir, _, s) = fresh();
     let spec: Value =
         serde_json::from_str(&std::fs::read_to_string(root().join("docs/openapi.json")).unwrap()).unwrap();
     for (path, ops) in spec["paths"].as_object().unwrap() {
@@ -428,9 +420,7 @@ fn every_documented_route_is_served() {
 /// with tables, `--json`, and exit codes a script can use.
 #[test]
 fn the_thin_client_deploys_lists_watches_and_deletes() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let token = tenant(&s, &admin, "acme");
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, &token).unwrap();
@@ -493,9 +483,7 @@ fn the_thin_client_deploys_lists_watches_and_deletes() {
 /// service's own log, and no other tenant's.
 #[test]
 fn a_pipeline_s_plugin_log_lines_are_its_tenant_s_to_read() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let acme = tenant(&s, &admin, "acme");
     let rival = tenant(&s, &admin, "rival");
     upload_plugins(&s, &acme);

@@ -11,9 +11,7 @@ use common::*;
 /// printed (not asserted: a timed assertion fails with the machine, not the code).
 #[test]
 fn a_tenant_s_pipeline_runs_to_its_own_output_beside_another_tenant_s_infinite_loop() {
-    let dir = tempfile::tempdir().unwrap();
-    let (admin_path, admin) = admin_file(dir.path());
-    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    let (dir, admin, s) = fresh();
     let good = tenant(&s, &admin, "good");
     let bad = tenant(&s, &admin, "bad");
     upload_plugins(&s, &good);

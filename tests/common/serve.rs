@@ -128,6 +128,14 @@ pub fn admin_file(dir: &Path) -> (PathBuf, String) {
     (path, token)
 }
 
+/// A service on a data directory of its own: the directory, the admin token, the service.
+pub fn fresh() -> (tempfile::TempDir, String, Server) {
+    let dir = tempfile::tempdir().unwrap();
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &[]);
+    (dir, admin, s)
+}
+
 /// Creates a tenant and returns a token of its.
 pub fn tenant(s: &Server, admin: &str, name: &str) -> String {
     s.expect(201, "POST", "/v1/tenants", Some(admin), Some(json!({ "name": name }).to_string().as_bytes()));
