@@ -160,7 +160,10 @@ pub(crate) fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
         .and_then(|p| p.parent().map(Path::to_path_buf));
     let mut memory_mb = 0;
     for stage in pipeline.stages() {
-        let field = |k: &str| format!("{} {k}", stage.name);
+        // A stage is named `PIPELINE/KEY (FILE)`: its key in the file names it here.
+        let key = stage.name.split_once('/').map_or(stage.name.as_str(), |(_, rest)| rest);
+        let key = key.split(" (").next().unwrap_or(key).to_string();
+        let field = |k: &str| format!("{key}.{k}");
         if stage.component.parent() != store_dir.as_deref() {
             return Err(refuse(field("plugin"), "a plugin must be one of the tenant's uploaded plugins"));
         }

@@ -446,16 +446,13 @@ impl Service {
 
     /// The tenant's pipeline file confined (`confine.rs`), or `400` naming the key.
     fn scope_confine(&self, tenant: &str, name: &str, text: &str) -> Result<Confined, ApiError> {
-        let plugins = {
+        let (plugins, cpu_weight) = {
             let r = self.registry();
-            r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?.plugins.clone()
+            let t = r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?;
+            (t.plugins.clone(), t.quotas.cpu_weight)
         };
         let files = self.files(tenant);
         std::fs::create_dir_all(&files).map_err(ApiError::internal)?;
-        let cpu_weight = {
-            let r = self.registry();
-            r.tenants.get(tenant).map_or(crate::plugin::DEFAULT_CPU_WEIGHT, |t| t.quotas.cpu_weight)
-        };
         let scope = Scope {
             tenant,
             name,
