@@ -15,14 +15,14 @@ fn a_tenant_s_pipeline_runs_to_its_own_output_beside_another_tenant_s_infinite_l
     let good = tenant(&s, &admin, "good");
     let bad = tenant(&s, &admin, "bad");
     upload_plugins(&s, &good);
-    let events = orders(dir.path(), 300_000, 8);
+    let events = orders(dir.path(), 1_000_000, 8);
     s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&good), Some(&std::fs::read(&events).unwrap()));
     let run = |name: &str| {
         let text = orders_pipeline(name, "orders.jsonl", 5_000).replace("[parse]\n", "[parse]\nparallelism = 1\n");
         s.expect(201, "PUT", &format!("/v1/pipelines/{name}"), Some(&good), Some(text.as_bytes()));
         let v = s.wait_for(&good, name, &["finished"]);
         let secs = (v["ended_ms"].as_i64().unwrap() - v["started_ms"].as_i64().unwrap()) as f64 / 1e3;
-        (300_000.0 / secs, output_rows(&s, &good, name))
+        (1_000_000.0 / secs, output_rows(&s, &good, name))
     };
     let (solo, solo_rows) = run("solo");
 
