@@ -1,7 +1,8 @@
 //! Progress of a running pipeline: one record per batch (shaped like Spark's
 //! StreamingQueryProgress, printed as JSON with `--progress-json`), a periodic human line on
 //! long runs, and the totals at the end. All of it goes to stderr; stdout carries only rows. The
-//! last batch's record is also kept in the checkpoint (`progress.json`) for `weir inspect --json`.
+//! last batch's record is also kept in the checkpoint (`progress.json`) for `weir inspect --json`,
+//! and handed to a [`Tap`] where one listens (`weir serve`'s API and console).
 
 use std::collections::BTreeMap;
 use std::io::Write;
