@@ -8,12 +8,25 @@ use common::*;
 
 /// Two tenants on one service; one deploys a parser that loops forever on every record. The
 /// other's pipeline runs to the end with the output it has alone, and the throughput it keeps is
-/// printed (not asserted: a timed assertion fails with the machine, not the code).
+/// printed (not asserted: a timed assertion fails with the machine, not the code). Run twice:
+/// with the looping tenant at the default CPU weight, and at weight 16, which lets its runaway
+/// calls take more of the CPU (`limits.cpu_weight`).
 #[test]
 fn a_tenant_s_pipeline_runs_to_its_own_output_beside_another_tenant_s_infinite_loop() {
+    let light = beside_a_loop(1);
+    let heavy = beside_a_loop(16);
+    assert_eq!(light, heavy, "the same rows whatever the neighbour's weight");
+}
+
+/// One service, the good tenant alone and then beside a loop of a tenant of `weight`; returns
+/// the good tenant's rows.
+fn beside_a_loop(weight: u32) -> Vec<serde_json::Value> {
     let (dir, admin, s) = fresh();
     let good = tenant(&s, &admin, "good");
-    let bad = tenant(&s, &admin, "bad");
+    let quotas = serde_json::json!({"name": "bad", "quotas": {"cpu_weight": weight}}).to_string();
+    s.expect(201, "POST", "/v1/tenants", Some(&admin), Some(quotas.as_bytes()));
+    let bad =
+        s.expect(201, "POST", "/v1/tenants/bad/tokens", Some(&admin), None)["token"].as_str().unwrap().to_string();
     upload_plugins(&s, &good);
     let events = orders(dir.path(), 1_000_000, 8);
     s.expect(201, "PUT", "/v1/files/orders.jsonl", Some(&good), Some(&std::fs::read(&events).unwrap()));
@@ -42,7 +55,7 @@ fn a_tenant_s_pipeline_runs_to_its_own_output_beside_another_tenant_s_infinite_l
     s.expect(201, "PUT", "/v1/pipelines/loops", Some(&bad), Some(looping.as_bytes()));
     let (beside, beside_rows) = run("beside");
     eprintln!(
-        "good tenant: {solo:.0} rows/s alone, {beside:.0} rows/s beside an infinite loop ({:.2}×)",
+        "good tenant: {solo:.0} rows/s alone, {beside:.0} rows/s beside an infinite loop of weight {weight} ({:.2}×)",
         beside / solo
     );
     assert!(!beside_rows.is_empty());
@@ -53,4 +66,5 @@ fn a_tenant_s_pipeline_runs_to_its_own_output_beside_another_tenant_s_infinite_l
     s.expect(404, "GET", "/v1/pipelines/loops", Some(&good), None);
     s.expect(404, "GET", "/v1/pipelines/beside", Some(&bad), None);
     s.kill();
+    beside_rows
 }
