@@ -508,3 +508,53 @@ fn a_pipeline_s_plugin_log_lines_are_its_tenant_s_to_read() {
     s.expect(404, "GET", "/v1/pipelines/forged/logs", Some(&rival), None);
     s.kill();
 }
+
+/// `--tls-cert` and `--tls-key`: the same API over HTTPS, checked by curl against the
+/// certificate; plain HTTP on that port gets nothing; a key that is not one stops the service at
+/// start with the file named.
+#[test]
+fn the_api_is_served_over_https_with_a_certificate_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
+        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let (admin_path, admin) = admin_file(dir.path());
+    let tls = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
+    let s = Server::start(&dir.path().join("data"), &admin_path, &tls);
+    assert!(s.base.starts_with("https://"), "{}", s.base);
+    let curl = |url: &str, token: Option<&str>| {
+        let mut c = std::process::Command::new("curl");
+        c.args(["-sS", "--cacert"]).arg(&cert).arg(url);
+        if let Some(t) = token {
+            c.args(["-H", &format!("Authorization: Bearer {t}")]);
+        }
+        c.output().unwrap()
+    };
+    let health = curl(&format!("{}/v1/health", s.base), None);
+    assert!(health.status.success(), "{}", String::from_utf8_lossy(&health.stderr));
+    assert_eq!(serde_json::from_slice::<Value>(&health.stdout).unwrap()["status"], "ok");
+    let tenants = curl(&format!("{}/v1/tenants", s.base), Some(&admin));
+    assert_eq!(serde_json::from_slice::<Value>(&tenants.stdout).unwrap()["tenants"], json!([]));
+    let plain = curl(&s.base.replace("https://", "http://"), None);
+    assert!(!plain.status.success() || plain.stdout.is_empty(), "plain HTTP answered");
+    s.kill();
+
+    let out = weir()
+        .arg("serve")
+        .arg("--data")
+        .arg(dir.path().join("data"))
+        .args(["--listen", "127.0.0.1:0", "--admin-token-file"])
+        .arg(&admin_path)
+        .args(["--tls-cert", cert.to_str().unwrap(), "--tls-key", cert.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cert.pem"), "{}", String::from_utf8_lossy(&out.stderr));
+}

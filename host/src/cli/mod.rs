@@ -185,6 +185,12 @@ enum Command {
         /// HTTP grants); repeat for more. Nothing else is reachable.
         #[arg(long = "allow-network", value_name = "HOST:PORT")]
         allow_network: Vec<String>,
+        /// Serve HTTPS with this certificate chain (PEM, leaf first); with --tls-key.
+        #[arg(long, value_name = "FILE", requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// The certificate's private key (PEM).
+        #[arg(long, value_name = "FILE", requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
     },
     #[command(flatten)]
     Remote(client::Remote),
@@ -357,8 +363,9 @@ fn dispatch(command: Command, server: Option<String>, token_file: Option<PathBuf
             }
         }
         Command::Validate { project } => project::validate(&project),
-        Command::Serve { data, listen, admin_token_file, allow_network } => {
-            crate::serve::serve(crate::serve::Options { data, listen, admin_token_file, allow_network }).map_err(
+        Command::Serve { data, listen, admin_token_file, allow_network, tls_cert, tls_key } => {
+            let tls = tls_cert.zip(tls_key);
+            crate::serve::serve(crate::serve::Options { data, listen, admin_token_file, allow_network, tls }).map_err(
                 |e| match e {
                     crate::serve::ServeError::Setup(m) => anyhow::Error::from(exit::Usage(m)),
                     e => e.into(),

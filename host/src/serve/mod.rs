@@ -7,7 +7,7 @@
 //! - `store.rs`: uploaded plugins, content-addressed; `registry.rs`: the durable registry;
 //! - `supervisor.rs`: the running pipelines, on the engine `weir run` uses; `logs.rs`: their
 //!   plugins' log lines;
-//! - `console.rs`: the web console's static files.
+//! - `console.rs`: the web console's static files; `tls.rs`: HTTPS.
 //!
 //! Every bound is a constant in `limits.rs`. After a restart or a `kill -9`, the registry is the
 //! last acknowledged one and every pipeline that was running resumes from its checkpoint.
@@ -22,6 +22,7 @@ mod registry;
 mod service;
 mod store;
 mod supervisor;
+mod tls;
 mod tokens;
 
 use std::path::PathBuf;
@@ -52,6 +53,8 @@ pub(crate) struct Options {
     pub listen: String,
     pub admin_token_file: PathBuf,
     pub allow_network: Vec<String>,
+    /// HTTPS with this certificate chain and private key (PEM files); plain HTTP without.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// Runs the service until SIGTERM or Ctrl-C, then stops every pipeline after its current batch
@@ -59,6 +62,7 @@ pub(crate) struct Options {
 pub(crate) fn serve(opts: Options) -> Result<(), ServeError> {
     let setup = |e: String| ServeError::Setup(e);
     let admin = tokens::read_admin(&opts.admin_token_file).map_err(setup)?;
+    let tls = opts.tls.as_ref().map(|(cert, key)| tls::acceptor(cert, key)).transpose().map_err(setup)?;
     std::fs::create_dir_all(&opts.data).map_err(|e| setup(format!("cannot create {}: {e}", opts.data.display())))?;
     let runtime = Runtime::new(Some(opts.data.join("cache")), false).map_err(|e| setup(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -75,12 +79,20 @@ pub(crate) fn serve(opts: Options) -> Result<(), ServeError> {
     let service = service::Service::open(settings, runtime).map_err(|e| setup(e.error))?;
     let app = api::router(service.clone());
     // Scripts wait for this line to know the port (with `--listen 127.0.0.1:0`).
-    eprintln!("weir serve: listening on http://{bound}");
+    eprintln!("weir serve: listening on {}://{bound}", if tls.is_some() { "https" } else { "http" });
     let served = rt.block_on(async move {
         let (stopping, stop) = tokio::sync::watch::channel(false);
         let server = tokio::spawn(async move {
             let mut stop = stop;
-            axum::serve(listener, app).with_graceful_shutdown(async move { drop(stop.changed().await) }).await
+            match tls {
+                Some(acceptor) => {
+                    tls::serve(listener, acceptor, app, stop).await;
+                    Ok(())
+                }
+                None => {
+                    axum::serve(listener, app).with_graceful_shutdown(async move { drop(stop.changed().await) }).await
+                }
+            }
         });
         shutdown_signal().await;
         stopping.send_replace(true);
