@@ -515,28 +515,75 @@ fn a_pipeline_s_plugin_log_lines_are_its_tenant_s_to_read() {
 #[test]
 fn the_api_is_served_over_https_with_a_certificate_and_key() {
     let dir = tempfile::tempdir().unwrap();
-    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1"])
-        .args(["-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout"])
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // A test CA, and a server certificate for 127.0.0.1 that it signs.
+    let (ca, cert, key) = (dir.path().join("ca.pem"), dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let ext = dir.path().join("ext.cnf");
+    std::fs::write(
+        &ext,
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap();
+    let d = dir.path().to_str().unwrap();
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    for args in [
+        [
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "1",
+                "-subj",
+                "/CN=weir-test-ca",
+                "-keyout",
+                &format!("{d}/ca.key"),
+                "-out",
+                &format!("{d}/ca.pem"),
+            ],
+        ]
+        .concat(),
+        [
+            &["req"][..],
+            &ec,
+            &["-subj", "/CN=localhost", "-keyout", &format!("{d}/key.pem"), "-out", &format!("{d}/leaf.csr")],
+        ]
+        .concat(),
+        vec![
+            "x509",
+            "-req",
+            "-in",
+            &format!("{d}/leaf.csr"),
+            "-CA",
+            &format!("{d}/ca.pem"),
+            "-CAkey",
+            &format!("{d}/ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "1",
+            "-extfile",
+            &format!("{d}/ext.cnf"),
+            "-out",
+            &format!("{d}/cert.pem"),
+        ],
+    ] {
+        let made = std::process::Command::new("openssl").args(&args).output().unwrap();
+        assert!(made.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&made.stderr));
+    }
     let (admin_path, admin) = admin_file(dir.path());
     let tls = ["--tls-cert", cert.to_str().unwrap(), "--tls-key", key.to_str().unwrap()];
     let s = Server::start(&dir.path().join("data"), &admin_path, &tls);
     assert!(s.base.starts_with("https://"), "{}", s.base);
-    let curl = |url: &str, token: Option<&str>| {
+    let curl_with = |url: &str, token: Option<&str>, post: Option<&str>| {
         let mut c = std::process::Command::new("curl");
-        c.args(["-sS", "--cacert"]).arg(&cert).arg(url);
+        c.args(["-sS", "--cacert"]).arg(&ca).arg(url);
         if let Some(t) = token {
             c.args(["-H", &format!("Authorization: Bearer {t}")]);
         }
+        if let Some(body) = post {
+            c.args(["-X", "POST", "--data-binary", body]);
+        }
         c.output().unwrap()
     };
+    let curl = |url: &str, token: Option<&str>| curl_with(url, token, None);
     let health = curl(&format!("{}/v1/health", s.base), None);
     assert!(health.status.success(), "{}", String::from_utf8_lossy(&health.stderr));
     assert_eq!(serde_json::from_slice::<Value>(&health.stdout).unwrap()["status"], "ok");
@@ -544,6 +591,25 @@ fn the_api_is_served_over_https_with_a_certificate_and_key() {
     assert_eq!(serde_json::from_slice::<Value>(&tenants.stdout).unwrap()["tenants"], json!([]));
     let plain = curl(&s.base.replace("https://", "http://"), None);
     assert!(!plain.status.success() || plain.stdout.is_empty(), "plain HTTP answered");
+    // The thin client over HTTPS, trusting the certificate with --ca-file, and refusing an
+    // unknown issuer without it.
+    curl_with(&format!("{}/v1/tenants", s.base), Some(&admin), Some(r#"{"name": "acme"}"#));
+    let minted = curl_with(&format!("{}/v1/tenants/acme/tokens", s.base), Some(&admin), Some(""));
+    let token = serde_json::from_slice::<Value>(&minted.stdout).unwrap()["token"].as_str().unwrap().to_string();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, token).unwrap();
+    let client = |trust: bool| {
+        let mut c = weir();
+        c.arg("--server").arg(&s.base).arg("--token-file").arg(&token_file);
+        if trust {
+            c.arg("--ca-file").arg(&ca);
+        }
+        c.arg("list").output().unwrap()
+    };
+    let listed = client(true);
+    assert_eq!(listed.status.code(), Some(0), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(String::from_utf8(listed.stdout).unwrap().starts_with("NAME"));
+    assert_eq!(client(false).status.code(), Some(3), "an issuer it does not know");
     s.kill();
 
     let out = weir()

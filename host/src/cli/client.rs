@@ -69,6 +69,13 @@ pub(super) enum Remote {
     },
 }
 
+/// Where the service is and how to reach it: the global flags.
+pub(super) struct Service {
+    pub server: Option<String>,
+    pub token_file: Option<PathBuf>,
+    pub ca_file: Option<PathBuf>,
+}
+
 struct Client {
     base: String,
     token: String,
@@ -76,14 +83,29 @@ struct Client {
 }
 
 impl Client {
-    fn new(server: &str, token_file: &Path) -> Result<Self> {
+    fn new(server: &str, token_file: &Path, ca_file: Option<&Path>) -> Result<Self> {
         let text = std::fs::read_to_string(token_file)
             .with_context(|| format!("cannot read the token file {}", token_file.display()))?;
         let token = text.lines().next().unwrap_or("").trim().to_string();
         if token.is_empty() {
             return Err(Usage(format!("{}: the first line must be your token", token_file.display())).into());
         }
-        let agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let mut config = ureq::Agent::config_builder().http_status_as_error(false);
+        if let Some(ca) = ca_file {
+            let pem = std::fs::read(ca).with_context(|| format!("cannot read the CA file {}", ca.display()))?;
+            let certs: Vec<_> = ureq::tls::parse_pem(&pem)
+                .filter_map(|item| match item {
+                    Ok(ureq::tls::PemItem::Certificate(c)) => Some(c),
+                    _ => None,
+                })
+                .collect();
+            if certs.is_empty() {
+                return Err(Usage(format!("{}: no PEM certificate in it", ca.display())).into());
+            }
+            let roots = ureq::tls::RootCerts::new_with_certs(&certs);
+            config = config.tls_config(ureq::tls::TlsConfig::builder().root_certs(roots).build());
+        }
+        let agent = config.build().into();
         Ok(Self { base: server.trim_end_matches('/').to_string(), token, agent })
     }
 
@@ -128,11 +150,12 @@ fn file_name(text: &str, file: &Path) -> Result<String> {
         .ok_or_else(|| Usage(format!("{}: name: missing; give the pipeline its name", file.display())).into())
 }
 
-pub(super) fn run(server: Option<String>, token_file: Option<PathBuf>, cmd: Remote) -> Result<Exit> {
-    let server = server.ok_or_else(|| Usage("give the service with --server URL (or WEIR_SERVER)".into()))?;
-    let token_file =
-        token_file.ok_or_else(|| Usage("give your token with --token-file FILE (or WEIR_TOKEN_FILE)".into()))?;
-    let c = Client::new(&server, &token_file)?;
+pub(super) fn run(service: Service, cmd: Remote) -> Result<Exit> {
+    let server = service.server.ok_or_else(|| Usage("give the service with --server URL (or WEIR_SERVER)".into()))?;
+    let token_file = service
+        .token_file
+        .ok_or_else(|| Usage("give your token with --token-file FILE (or WEIR_TOKEN_FILE)".into()))?;
+    let c = Client::new(&server, &token_file, service.ca_file.as_deref())?;
     match cmd {
         Remote::Upload { name, wasm } => {
             let bytes = std::fs::read(&wasm).with_context(|| format!("cannot read {}", wasm.display()))?;

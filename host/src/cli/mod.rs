@@ -38,6 +38,9 @@ struct Cli {
     /// A file whose first line is your token, for the service commands.
     #[arg(long, global = true, env = "WEIR_TOKEN_FILE", value_name = "FILE")]
     token_file: Option<PathBuf>,
+    /// PEM certificates to trust for an `https://` service (default: Mozilla's roots).
+    #[arg(long, global = true, env = "WEIR_CA_FILE", value_name = "FILE")]
+    ca_file: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -312,7 +315,8 @@ pub fn main() -> ExitCode {
         }
     };
     init_logging(matches!(cli.command, Command::Serve { .. }));
-    match dispatch(cli.command, cli.server, cli.token_file) {
+    let service = client::Service { server: cli.server, token_file: cli.token_file, ca_file: cli.ca_file };
+    match dispatch(cli.command, service) {
         Ok(exit) => exit.into(),
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -336,9 +340,9 @@ fn init_logging(serve: bool) {
     tracing_subscriber::registry().with(stderr).with(serve.then(crate::serve::plugin_log_layer)).init();
 }
 
-fn dispatch(command: Command, server: Option<String>, token_file: Option<PathBuf>) -> Result<Exit> {
+fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
     match command {
-        Command::Remote(r) => client::run(server, token_file, r),
+        Command::Remote(r) => client::run(service, r),
         Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush, full_refresh } => {
             match pipelines.as_slice() {
                 [one] if crate::project::Project::file_at(one).is_some() => {
