@@ -57,6 +57,9 @@ pub(crate) struct Sandbox<R: Role> {
     live: Option<(Store<HostState>, R::Guest)>,
     /// Ticks before a call's first check: its fair slice, or its deadline if sooner.
     first_check_ticks: u64,
+    /// The last call ran into its deadline: the stage is a suspected runaway, and its calls give
+    /// way from their first tick instead of after a fair slice, until one returns in time.
+    overran: bool,
     pipelines: Arc<std::sync::atomic::AtomicUsize>,
     /// Calls served by the live instance.
     calls: u64,
@@ -100,6 +103,7 @@ impl<R: Role> Sandbox<R> {
             disk,
             live: None,
             first_check_ticks,
+            overran: false,
             pipelines: runtime.pipelines.clone(),
             calls: 0,
             fuel: runtime.fuel,
@@ -211,7 +215,7 @@ impl<R: Role> Sandbox<R> {
         &mut self,
         f: impl FnOnce(&R::Guest, &mut Store<HostState>) -> wasmtime::Result<Result<T, WitError>>,
     ) -> Result<T, PluginError> {
-        let ticks = self.first_check_ticks;
+        let ticks = if self.overran { 1 } else { self.first_check_ticks };
         let fuel = self.fuel.then(|| self.spec.limits.fuel.unwrap_or(u64::MAX));
         self.calls += 1;
         let m = self.metrics.clone();
@@ -235,11 +239,18 @@ impl<R: Role> Sandbox<R> {
             bump(&m.errors, 1);
         }
         match result {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(error)) => Err(PluginError::Failed { stage: self.spec.name.clone(), error }),
+            Ok(Ok(v)) => {
+                self.overran = false;
+                Ok(v)
+            }
+            Ok(Err(error)) => {
+                self.overran = false;
+                Err(PluginError::Failed { stage: self.spec.name.clone(), error })
+            }
             Err(e) => {
                 let stage = store.data().spec.name.clone();
                 let failure = failure(&stage, &e, store);
+                self.overran = matches!(failure, PluginError::Limit { limit: LimitExceeded::Deadline(_), .. });
                 self.live = None;
                 Err(failure)
             }
