@@ -443,3 +443,43 @@ fn progress_gives_offsets_lag_event_times_and_ids_in_spark_s_shape() {
     assert_eq!(inspected["position"], last["sources"][0]["endOffset"]);
     assert!(inspected["lastCommit"]["ageMs"].as_i64() >= Some(0));
 }
+
+/// A tenant's pipeline on `weir serve` from the embedded broker (the mock cluster) into one of
+/// its topics through the transactional Kafka sink, under the tenant's transactional id: every
+/// window once.
+#[test]
+fn a_tenant_s_pipeline_on_weir_serve_reads_and_writes_the_embedded_broker() {
+    use common::serve::*;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 2, 1).unwrap();
+    cluster.create_topic("windows", 2, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 20_000, 14);
+    produce_lines(&brokers, "orders", 2, &events, true);
+    let want = {
+        let (kept, _) = kept_orders(&events);
+        sliding_reference(&kept, 60_000, 60_000)
+    };
+    let (admin_path, admin) = admin_file(dir.path());
+    let s = Server::start(&dir.path().join("data"), &admin_path, &["--allow-network", &brokers]);
+    let acme = tenant(&s, &admin, "acme");
+    upload_plugins(&s, &acme);
+    let text = orders_pipeline("to-kafka", "unused", 2_000);
+    let text = text.split("[sink]").next().unwrap().replace(
+        "type = \"replay\"\npath = \"unused\"\nmax_offsets_per_trigger = 2000",
+        &kafka_source(&brokers, "orders", 2_000),
+    ) + &format!("[sink]\ntype = \"kafka\"\ntopic = \"windows\"\nkafka.bootstrap.servers = \"{brokers}\"\n");
+    s.expect(201, "PUT", "/v1/pipelines/to-kafka", Some(&acme), Some(text.as_bytes()));
+    let done = s.wait_for(&acme, "to-kafka", &["finished", "failed"]);
+    assert_eq!(done["state"], "finished", "{done}");
+    let out = read_topic(&brokers, "windows", |o| o.len() >= want.len(), Duration::from_secs(30));
+    let rows: Vec<_> = out.iter().map(|o| o.value.clone()).collect();
+    assert_eq!(windows_of(&rows), want, "every window once");
+    // Someone else's transactional id is not the tenant's to take.
+    let theirs =
+        text.replace("topic = \"windows\"\n", "topic = \"windows\"\nkafka.transactional.id = \"weir-rival--x\"\n");
+    let r = s.expect(400, "PUT", "/v1/pipelines/to-kafka", Some(&acme), Some(theirs.as_bytes()));
+    assert_eq!(r["field"], "sink.kafka.transactional.id", "{r}");
+    s.kill();
+}

@@ -161,6 +161,9 @@ fn bad_requests_are_refused_with_the_field_and_the_fix() {
     assert!(r["fix"].is_string(), "{r}");
     let (status, _) = s.call("PUT", "/v1/pipelines/huge", Some(&acme), Some(&vec![b'#'; 300 << 10]));
     assert_eq!(status, 413, "a pipeline file past 256 KiB");
+    let (status, body) = s.json("DELETE", "/v1/files/x", Some(&acme), None);
+    assert_eq!(status, 405);
+    assert!(body["error"].as_str().unwrap().contains("method"), "JSON like every other error: {body}");
     upload_plugins(&s, &acme);
 
     // A pipeline file: TOML that does not parse (with its line), an unknown key, a bad value.

@@ -64,7 +64,24 @@ pub(crate) fn router(service: Shared) -> Router {
         .route("/v1/metrics", get(metrics))
         .merge(super::console::router())
         .fallback(|| async { ApiError::not_found("route") })
+        .layer(axum::middleware::map_response(errors_as_json))
         .with_state(service)
+}
+
+/// The refusals axum makes before a handler runs (a body past its limit, a path it cannot
+/// take, a method the route has not) in the API's JSON shape too.
+async fn errors_as_json(response: Response) -> Response {
+    let status = response.status();
+    let plain = response.headers().get(header::CONTENT_TYPE).is_none_or(|t| t.as_bytes().starts_with(b"text/plain"));
+    if !(status.is_client_error() && plain) {
+        return response;
+    }
+    let error = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "the request body is past this route's limit (docs/api.md)",
+        StatusCode::METHOD_NOT_ALLOWED => "this route does not take that method (docs/api.md)",
+        _ => "the request is malformed",
+    };
+    ApiError::new(status, error).into_response()
 }
 
 /// Who the request's bearer token is; `401` without a valid one.

@@ -756,7 +756,7 @@ impl Service {
     pub(crate) fn metrics(&self, tenant: &str) -> String {
         use std::fmt::Write;
         type Get = fn(&serde_json::Value, i64) -> Option<f64>;
-        let gauges: [(&str, &str, Get); 9] = [
+        let gauges: [(&str, &str, Get); 10] = [
             ("weir_pipeline_input_rows_per_second", "Rows read per second, over the last batch's interval.", |p, _| {
                 p["inputRowsPerSecond"].as_f64()
             }),
@@ -766,6 +766,7 @@ impl Service {
             ("weir_pipeline_batch_duration_seconds", "The last batch's duration.", |p, _| {
                 Some(p["durationMs"]["totalMs"].as_f64()? / 1e3)
             }),
+            ("weir_pipeline_watermark_ms", "The watermark, epoch milliseconds.", |p, _| p["watermark"].as_f64()),
             ("weir_pipeline_watermark_lag_seconds", "Wall-clock time less the watermark.", |p, now| {
                 Some((now - p["watermark"].as_i64()?) as f64 / 1e3)
             }),
