@@ -65,7 +65,7 @@ impl Bucket {
 }
 
 /// Bytes of the files under `dir` (links not followed).
-fn du(dir: &Path) -> u64 {
+pub(crate) fn du(dir: &Path) -> u64 {
     let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
     entries
         .filter_map(Result::ok)

@@ -43,6 +43,7 @@ pub(crate) use grants::{DirGrant, Grants, Own};
 pub(crate) use limiter::LimitExceeded;
 pub(crate) use processor::{Clock, KeyResult, Keyed, ProcessFns, Processor, TimeDomain, Timer};
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
+pub(crate) use disk::du;
 pub(crate) use spec::{DEFAULT_CPU_WEIGHT, LimitsFile, MAX_CPU_WEIGHT, StageSpec};
 
 mod bindings {

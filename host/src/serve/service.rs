@@ -382,7 +382,7 @@ impl Service {
             r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?.quotas.max_files_mb
         };
         let area = self.files(tenant);
-        let used = dir_bytes(&area);
+        let used = crate::plugin::du(&area);
         if used + bytes.len() as u64 > quota << 20 {
             return Err(ApiError::quota(format!(
                 "your data area would pass its quota of {quota} MiB ({} MiB used)",
@@ -546,7 +546,7 @@ impl Service {
             let r = self.registry();
             r.tenants.get(tenant).ok_or_else(|| ApiError::not_found("tenant"))?.quotas.max_state_mb
         };
-        let used = dir_bytes(&self.tenant_dir(tenant).join("checkpoints"));
+        let used = crate::plugin::du(&self.tenant_dir(tenant).join("checkpoints"));
         if used > quota << 20 {
             return Err(ApiError::quota(format!(
                 "your pipelines' state holds {} MiB; your quota is {quota} MiB",
@@ -851,22 +851,6 @@ fn inside(area: &Path, path: &Path) -> Option<PathBuf> {
     let real_area = std::fs::canonicalize(area).ok()?;
     let real = std::fs::canonicalize(path).ok()?;
     real.starts_with(&real_area).then_some(real)
-}
-
-fn dir_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else { continue };
-        for e in entries.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
-                _ => {}
-            }
-        }
-    }
-    total
 }
 
 /// The last `n` JSON lines of a side-output file (read from its last [`limits::TAIL_BYTES`]).
