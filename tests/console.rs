@@ -6,9 +6,9 @@
 
 mod common;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
 
 use common::serve::*;
 use common::*;
@@ -47,25 +47,23 @@ struct Browser {
 impl Browser {
     fn start() -> Browser {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let driver = std::process::Command::new(CHROMEDRIVER)
+        let mut driver = std::process::Command::new(CHROMEDRIVER)
             .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("{CHROMEDRIVER}: {e} (cargo xtask test installs chromium-driver)"));
+        // It says when it listens.
+        let mut lines = BufReader::new(driver.stdout.take().unwrap()).lines();
+        loop {
+            let line = lines.next().expect("chromedriver exited before it listened").unwrap();
+            if line.contains("started successfully") {
+                break;
+            }
+        }
+        std::thread::spawn(move || for _ in lines {});
         let base = format!("http://127.0.0.1:{port}");
         let agent = agent();
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            if let Ok(mut r) = agent.get(&format!("{base}/status")).call() {
-                let v: Value = serde_json::from_slice(&r.body_mut().read_to_vec().unwrap()).unwrap_or(Value::Null);
-                if v["value"]["ready"] == true {
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "chromedriver never became ready");
-            std::thread::sleep(Duration::from_millis(50));
-        }
         let profile = tempfile::tempdir().unwrap();
         // The flags keep Chromium off the network this machine does not have.
         let args = [
@@ -88,7 +86,9 @@ impl Browser {
         let (status, v) = send(&agent, "POST", &format!("{base}/session"), &caps);
         assert_eq!(status, 200, "new session: {v}");
         let session = v["value"]["sessionId"].as_str().unwrap().to_string();
-        Browser { driver, base, session, agent, _profile: profile }
+        let b = Browser { driver, base, session, agent, _profile: profile };
+        b.cmd("POST", "/timeouts", json!({ "script": PATIENCE.as_millis() as u64 }));
+        b
     }
 
     fn cmd(&self, method: &str, path: &str, body: Value) -> Value {
@@ -121,17 +121,23 @@ impl Browser {
         self.cmd("POST", "/execute/sync", json!({"script": js, "args": []}))
     }
 
-    /// Waits until `js` returns true.
+    /// Waits until `js` returns true: checked in the page now and at each change of the
+    /// document (a MutationObserver), for at most [`PATIENCE`].
     fn until(&self, what: &str, js: &str) {
-        let deadline = Instant::now() + PATIENCE;
-        while self.script(js) != true {
-            assert!(
-                Instant::now() < deadline,
-                "the page never showed {what}; it shows: {}",
-                self.script("return document.body.innerText")
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let script = format!(
+            "const done = arguments[0];
+             const check = () => {{ try {{ return (function () {{ {js} }})() === true; }} catch (e) {{ return false; }} }};
+             if (check()) {{ done(true); return; }}
+             const seen = new MutationObserver(() => {{ if (check()) {{ seen.disconnect(); done(true); }} }});
+             seen.observe(document, {{ subtree: true, childList: true, characterData: true, attributes: true }});"
+        );
+        let url = format!("{}/session/{}/execute/async", self.base, self.session);
+        let (status, v) = send(&self.agent, "POST", &url, &json!({"script": script, "args": []}));
+        assert!(
+            status == 200 && v["value"] == true,
+            "the page never showed {what} ({v}); it shows: {}",
+            self.script("return document.body.innerText")
+        );
     }
 
     fn screenshot(&self, path: &Path) {

@@ -5,7 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -92,16 +92,32 @@ impl Server {
     }
 
     /// Waits until the pipeline's state is one of `states`; returns its view.
+    /// Waits, on the pipeline's event stream, for a `state` event naming one of `states`;
+    /// returns the pipeline's view then.
     pub fn wait_for(&self, token: &str, name: &str, states: &[&str]) -> Value {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let v = self.expect(200, "GET", &format!("/v1/pipelines/{name}"), Some(token), None);
-            if states.contains(&v["state"].as_str().unwrap_or("")) {
-                return v;
+        let mut events = self.events(token, name);
+        while let Some((kind, data)) = events.next() {
+            if kind == "state" && states.contains(&data["state"].as_str().unwrap_or("")) {
+                return self.expect(200, "GET", &format!("/v1/pipelines/{name}"), Some(token), None);
             }
-            assert!(Instant::now() < deadline, "pipeline {name} never reached {states:?}: {v}");
-            std::thread::sleep(Duration::from_millis(50));
         }
+        panic!("the events of {name} ended before it reached {states:?}");
+    }
+
+    /// Follows the pipeline's server-sent events (`GET .../events`), for at most [`PATIENCE`].
+    pub fn events(&self, token: &str, name: &str) -> Events {
+        let url = format!("{}/v1/pipelines/{name}/events", self.base);
+        let response = self
+            .agent
+            .get(&url)
+            .header("Authorization", &format!("Bearer {token}"))
+            .config()
+            .timeout_global(Some(PATIENCE))
+            .build()
+            .call()
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{url}");
+        Events { lines: BufReader::new(response.into_body().into_reader()).lines() }
     }
 
     pub fn kill(mut self) {
@@ -126,6 +142,29 @@ pub fn admin_file(dir: &Path) -> (PathBuf, String) {
     let path = dir.join("admin-token");
     std::fs::write(&path, format!("{token}\n")).unwrap();
     (path, token)
+}
+
+/// A pipeline's event stream, event by event.
+pub struct Events {
+    lines: std::io::Lines<BufReader<ureq::BodyReader<'static>>>,
+}
+
+impl Events {
+    /// The next event's kind (`state`, `progress`) and data; `None` when the stream ends.
+    pub fn next(&mut self) -> Option<(String, Value)> {
+        let (mut kind, mut data) = (String::new(), String::new());
+        for line in self.lines.by_ref() {
+            let line = line.ok()?;
+            if let Some(k) = line.strip_prefix("event:") {
+                kind = k.trim().to_string();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                data.push_str(d.trim_start());
+            } else if line.is_empty() && !kind.is_empty() {
+                return Some((kind, serde_json::from_str(&data).unwrap_or(Value::Null)));
+            }
+        }
+        None
+    }
 }
 
 /// A service on a data directory of its own: the directory, the admin token, the service.

@@ -38,12 +38,12 @@ use wasmtime::{Config, Engine};
 pub(crate) use bindings::weir::plugin::types::{
     BatchOutput, EventBatch, Header, RawBatch, RecordError, RecordErrorKind,
 };
+pub(crate) use disk::du;
 pub(crate) use error::{PluginError, WitError};
 pub(crate) use grants::{DirGrant, Grants, Own};
 pub(crate) use limiter::LimitExceeded;
 pub(crate) use processor::{Clock, KeyResult, Keyed, ProcessFns, Processor, TimeDomain, Timer};
 pub(crate) use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
-pub(crate) use disk::du;
 pub(crate) use spec::{DEFAULT_CPU_WEIGHT, LimitsFile, MAX_CPU_WEIGHT, StageSpec};
 
 mod bindings {

@@ -326,18 +326,27 @@ async fn progress(
     Ok(Json(serde_json::json!({ "progress": records })))
 }
 
-/// Server-sent events: each new progress record as an event `progress`, as it is made.
+/// Server-sent events: the run's status as an event `state` when the stream opens and at each
+/// change, and each new progress record as an event `progress`, as it is made (a run's last
+/// records before the state it ends in).
 async fn events(State(s): State<Shared>, h: HeaderMap, Path(name): Path<String>) -> Result<Response, ApiError> {
     let (_, t) = tenant(&s, &h)?;
     let recent = s.progress(&t, &name)?;
     let bell = recent.follow();
     let last = recent.since(0, 1).last().map_or(0, |(s, _)| *s);
-    let stream = futures_util::stream::unfold((bell, last, recent), |(mut bell, last, recent)| async move {
+    let start = (bell, last, None, recent);
+    let stream = futures_util::stream::unfold(start, |(mut bell, last, sent, recent)| async move {
         loop {
             let fresh = recent.since(last, limits::RECENT_PROGRESS);
             if let Some((seq, record)) = fresh.into_iter().next() {
                 let event = Event::default().event("progress").id(seq.to_string()).data(record);
-                return Some((Ok::<_, std::convert::Infallible>(event), (bell, seq, recent)));
+                return Some((Ok::<_, std::convert::Infallible>(event), (bell, seq, sent, recent)));
+            }
+            let status = recent.status();
+            let now = Some((status.state, status.started_ms));
+            if now != sent {
+                let event = Event::default().event("state").data(serde_json::to_string(&status).unwrap_or_default());
+                return Some((Ok(event), (bell, last, now, recent)));
             }
             bell.changed().await.ok()?;
         }

@@ -61,16 +61,38 @@ impl Status {
     }
 }
 
-/// A run's recent progress records, and a bell for whoever follows them.
+/// What is known of a pipeline's runs in this process: the current run's status, the recent
+/// progress records, and a bell rung at each change of either for whoever follows them.
 pub(crate) struct Recent {
     records: Mutex<VecDeque<(u64, String)>>,
+    status: Mutex<Status>,
+    /// Counts changes; its value means nothing else.
     bell: tokio::sync::watch::Sender<u64>,
     started: Mutex<Option<mpsc::Sender<Result<(), String>>>>,
 }
 
 impl Recent {
     fn new() -> Arc<Self> {
-        Arc::new(Self { records: Mutex::default(), bell: tokio::sync::watch::channel(0).0, started: Mutex::default() })
+        Arc::new(Self {
+            records: Mutex::default(),
+            status: Mutex::new(Status::idle()),
+            bell: tokio::sync::watch::channel(0).0,
+            started: Mutex::default(),
+        })
+    }
+
+    pub(crate) fn status(&self) -> Status {
+        self.status.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Changes the status and rings the bell.
+    fn set(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.status.lock().unwrap_or_else(|e| e.into_inner()));
+        self.ring();
+    }
+
+    fn ring(&self) {
+        self.bell.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// Records after sequence number `after`, oldest first, at most `n`.
@@ -100,7 +122,7 @@ impl Tap for Recent {
         }
         records.push_back((seq, json.to_string()));
         drop(records);
-        self.bell.send_replace(seq);
+        self.ring();
     }
 
     fn started(&self) {
@@ -111,7 +133,6 @@ impl Tap for Recent {
 struct Slot {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    status: Arc<Mutex<Status>>,
     recent: Arc<Recent>,
 }
 
@@ -140,18 +161,23 @@ impl Supervisor {
         self.stop(key);
         let stop = Arc::new(AtomicBool::new(false));
         let recent = self.recent(key);
-        let status =
-            Arc::new(Mutex::new(Status { started_ms: Some(now_ms()), state: RunState::Starting, ..Status::idle() }));
+        recent.set(|s| *s = Status { started_ms: Some(now_ms()), state: RunState::Starting, ..Status::idle() });
         let fail = |e: String| {
-            *status.lock().unwrap_or_else(|e| e.into_inner()) =
-                Status { state: RunState::Failed, error: Some(e.clone()), ended_ms: Some(now_ms()), ..Status::idle() };
+            recent.set(|s| {
+                *s = Status {
+                    state: RunState::Failed,
+                    error: Some(e.clone()),
+                    ended_ms: Some(now_ms()),
+                    ..Status::idle()
+                }
+            });
             e
         };
         let stages = match Stages::wasm(&pipeline, &self.runtime, Output::Pipeline, &stop) {
             Ok(s) => s,
             Err(e) => {
                 let e = fail(format!("{:#}", anyhow::Error::from(e)));
-                self.put(key, Slot { stop, thread: None, status, recent });
+                self.put(key, Slot { stop, thread: None, recent });
                 return Err(e);
             }
         };
@@ -166,42 +192,41 @@ impl Supervisor {
             flush: Flush::AsConfigured { default: false },
             own_share: true,
         };
-        let (st, rc) = (status.clone(), recent.clone());
+        let rc = recent.clone();
         let thread = std::thread::Builder::new().name(format!("pipeline {}", pipeline.name)).spawn(move || {
-            let ran = driver::run(&pipeline, stages, opts);
-            let mut s = st.lock().unwrap_or_else(|e| e.into_inner());
-            s.ended_ms = Some(now_ms());
-            match ran {
-                Ok(summary) if pipeline.bounded() && !summary.interrupted => s.state = RunState::Finished,
-                Ok(_) => s.state = RunState::Idle,
-                Err(e) => {
-                    let e = format!("{:#}", anyhow::Error::from(e));
-                    tracing::warn!("pipeline {}: {e}", pipeline.name);
-                    s.state = RunState::Failed;
-                    s.error = Some(e.clone());
-                    drop(s);
-                    rc.report_start(Err(e));
-                    return;
-                }
+            let ran = driver::run(&pipeline, stages, opts).map_err(|e| format!("{:#}", anyhow::Error::from(e)));
+            if let Err(e) = &ran {
+                tracing::warn!("pipeline {}: {e}", pipeline.name);
             }
-            drop(s);
-            rc.report_start(Ok(()));
+            rc.set(|s| {
+                s.ended_ms = Some(now_ms());
+                match &ran {
+                    Ok(summary) if pipeline.bounded() && !summary.interrupted => s.state = RunState::Finished,
+                    Ok(_) => s.state = RunState::Idle,
+                    Err(e) => {
+                        s.state = RunState::Failed;
+                        s.error = Some(e.clone());
+                    }
+                }
+            });
+            rc.report_start(ran.map(drop));
         });
         let thread = match thread {
             Ok(t) => t,
             Err(e) => {
                 let e = fail(format!("cannot start a pipeline thread: {e}"));
-                self.put(key, Slot { stop, thread: None, status, recent });
+                self.put(key, Slot { stop, thread: None, recent });
                 return Err(e);
             }
         };
-        self.put(key, Slot { stop, thread: Some(thread), status: status.clone(), recent });
+        self.put(key, Slot { stop, thread: Some(thread), recent: recent.clone() });
         match rx.recv_timeout(START_WAIT) {
             Ok(Ok(())) => {
-                let mut s = status.lock().unwrap_or_else(|e| e.into_inner());
-                if s.state == RunState::Starting {
-                    s.state = RunState::Running;
-                }
+                recent.set(|s| {
+                    if s.state == RunState::Starting {
+                        s.state = RunState::Running;
+                    }
+                });
                 Ok(Started::Running)
             }
             Ok(Err(e)) => Err(e),
@@ -239,13 +264,19 @@ impl Supervisor {
 
     pub(crate) fn status(&self, key: &Key) -> Status {
         let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.get(key).map_or_else(Status::idle, |s| s.status.lock().unwrap_or_else(|e| e.into_inner()).clone())
+        slots.get(key).map_or_else(Status::idle, |s| s.recent.status())
     }
 
-    /// The pipeline's progress records (kept across its runs in this process).
+    /// The pipeline's status and progress records (kept across its runs in this process), the
+    /// same for whoever follows them now and for the runs to come.
     pub(crate) fn recent(&self, key: &Key) -> Arc<Recent> {
-        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
-        slots.get(key).map_or_else(Recent::new, |s| s.recent.clone())
+        let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = slots.entry(key.clone()).or_insert_with(|| Slot {
+            stop: Arc::new(AtomicBool::new(false)),
+            thread: None,
+            recent: Recent::new(),
+        });
+        slot.recent.clone()
     }
 
     /// Stops every run (the service is shutting down), each after its current batch.
