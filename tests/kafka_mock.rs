@@ -295,23 +295,17 @@ fn a_topic_written_in_transactions_is_read_exactly_through_its_markers() {
     assert_eq!(windows_of(&sink_rows(&out)), sliding_reference(&kept, 60_000, 60_000), "each window once");
 }
 
-/// The orders medallion (`tests/project.rs`) with every dataset in a Kafka topic, written in
-/// transactions: each checked against the reference through `weir query`, which reads the
-/// topics (a table folded by key); and `weir test` on the same project, which runs it on the
-/// embedded log instead. (tansu, the other test broker, spins on records with headers, which
-/// every Weir message has.)
-#[test]
-fn the_medallion_runs_with_kafka_backed_datasets() {
-    use common::medallion::*;
-    let cluster = MockCluster::new(1).unwrap();
+/// The medallion example in `dir`, every dataset in a topic `medallion-DATASET` of two
+/// partitions (a table's fold must follow each key to its partition) on `cluster`.
+fn kafka_medallion<C: rdkafka::ClientContext>(
+    dir: &std::path::Path,
+    cluster: &MockCluster<'_, C>,
+) -> std::path::PathBuf {
     let datasets = [("bronze", "stream"), ("silver", "stream"), ("error_rate", "table"), ("user_orders", "table")];
-    // Two partitions each: a table's fold must follow each key to its partition.
     for (d, _) in datasets {
         cluster.create_topic(&format!("medallion-{d}"), 2, 1).unwrap();
     }
     let brokers = cluster.bootstrap_servers();
-    let dir = tempfile::tempdir().unwrap();
-    let events = dirty_orders(dir.path(), 10_000, 3);
     let edits: Vec<(String, String)> = datasets
         .iter()
         .map(|(d, kind)| {
@@ -322,7 +316,22 @@ fn the_medallion_runs_with_kafka_backed_datasets() {
         })
         .collect();
     let edits: Vec<(&str, &str, &str)> = edits.iter().map(|(a, b)| ("weir.toml", a.as_str(), b.as_str())).collect();
-    let project = medallion(dir.path(), &edits);
+    common::medallion::medallion(dir, &edits)
+}
+
+/// The orders medallion (`tests/project.rs`) with every dataset in a Kafka topic, written in
+/// transactions: each checked against the reference through `weir query`, which reads the
+/// topics (a table folded by key); and `weir test` on the same project, which runs it on the
+/// embedded log instead. (tansu, the other test broker, spins on records with headers, which
+/// every Weir message has.)
+#[test]
+fn the_medallion_runs_with_kafka_backed_datasets() {
+    use common::medallion::*;
+    let cluster = MockCluster::new(1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = dirty_orders(dir.path(), 10_000, 3);
+    let project = kafka_medallion(dir.path(), &cluster);
     let out = ok(weir().arg("validate").arg(&project).output().unwrap());
     assert!(String::from_utf8_lossy(&out.stdout).contains("dataset bronze (stream, kafka topic medallion-bronze)"));
     ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
@@ -359,6 +368,55 @@ fn the_medallion_runs_with_kafka_backed_datasets() {
         .output()
         .unwrap();
     assert!(test.status.success(), "{}", String::from_utf8_lossy(&test.stderr));
+}
+
+/// A full refresh of a Kafka-backed silver, after silver's logic changed: the topics keep their
+/// records (Weir deletes none), silver and gold begin after the old ones and hold what the new
+/// logic gives, through `weir query` and through the flows that read them; bronze's topic and
+/// checkpoint are as they were.
+#[test]
+fn a_full_refresh_of_kafka_backed_datasets_begins_them_after_their_old_records() {
+    use common::medallion::*;
+    let cluster = MockCluster::new(1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = dirty_orders(dir.path(), 10_000, 4);
+    let project = kafka_medallion(dir.path(), &cluster);
+    ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    let r = reference(&events);
+    check_against_reference(&project, &r);
+    let identity = |flow: &str| {
+        let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
+        String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("identity")).unwrap().to_string()
+    };
+    let bronze_identity = identity("bronze");
+
+    drop_pending_in_silver(&project);
+    let out = ok(weir().arg("run").arg(&project).args(["--flush", "--full-refresh", "silver"]).output().unwrap());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(said.contains("reset error_rate, silver, user_orders"), "{said}");
+    let new = without_pending(reference(&events));
+    assert!(new.silver.len() < r.silver.len(), "the change drops orders");
+    check_against_reference(&project, &new);
+    assert_eq!(identity("bronze"), bronze_identity, "bronze's checkpoint untouched");
+
+    // Every record is still in the topics: bronze's once, silver's old rows and then the new.
+    let all = |topic: &str, n: usize| read_topic(&brokers, topic, |m| m.len() >= n, Duration::from_secs(60)).len();
+    assert_eq!(all("medallion-bronze", r.bronze.len()), r.bronze.len(), "bronze was not written again");
+    let both = r.silver.len() + new.silver.len();
+    assert_eq!(all("medallion-silver", both), both, "silver's old records stay, the new follow");
+    let bases: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(project.join(".weir/bases.json")).unwrap()).unwrap();
+    let names: Vec<&String> = bases.as_object().unwrap().keys().collect();
+    assert_eq!(names, ["error_rate", "silver", "user_orders"]);
+    assert_eq!(bases["silver"]["topic"], "medallion-silver");
+
+    // A second run adds nothing, and a refresh of bronze now begins everything again.
+    ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    check_against_reference(&project, &new);
+    ok(weir().arg("run").arg(&project).args(["--flush", "--full-refresh", "bronze"]).output().unwrap());
+    check_against_reference(&project, &new);
+    assert_ne!(identity("bronze"), bronze_identity, "bronze's checkpoint was reset");
 }
 
 /// Progress in Spark's shape: each batch names the checkpoint (`id`, the same across runs) and

@@ -114,6 +114,36 @@ pub fn reference(events: &Path) -> Reference {
     r
 }
 
+/// Silver's change for the full-refresh tests: it also drops PENDING orders, through a
+/// transform plugin.
+pub fn drop_pending_in_silver(project: &Path) {
+    let filter = super::component("status_filter");
+    let silver = std::fs::read_to_string(project.join("silver.toml")).unwrap().replace(
+        "[watermark]",
+        &format!(
+            "[[transform]]\nplugin = \"{}\"\nconfig = {{ keep = [\"OK\", \"ERROR\"] }}\n\n[watermark]",
+            filter.display()
+        ),
+    );
+    std::fs::write(project.join("silver.toml"), silver).unwrap();
+}
+
+/// What silver and gold hold once silver drops PENDING orders; bronze as before.
+pub fn without_pending(mut r: Reference) -> Reference {
+    r.silver.retain(|l| !l.contains("\"status\":\"PENDING\""));
+    r.error_rate = BTreeMap::new();
+    r.user_orders = BTreeMap::new();
+    for l in &r.silver {
+        let v: Value = serde_json::from_str(l).unwrap();
+        let ts = v["order_ts"].as_i64().unwrap();
+        let w = r.error_rate.entry(ts - ts.rem_euclid(60_000)).or_default();
+        w.0 += 1;
+        w.1 += u64::from(v["status"] == "ERROR");
+        *r.user_orders.entry(v["user_id"].to_string()).or_default() += 1;
+    }
+    r
+}
+
 /// `weir query PROJECT DATASET`: its rows, as lines.
 pub fn query(project: &Path, dataset: &str) -> Vec<String> {
     let out = ok(weir().arg("query").arg(project).arg(dataset).output().unwrap());

@@ -34,18 +34,20 @@ pub(super) fn load(path: &Path) -> Result<Project> {
 /// `weir run PROJECT`: finishes an interrupted refresh, carries out `--full-refresh`, then runs
 /// every flow.
 pub(super) fn run_project(path: &Path, full_refresh: &[String], progress_json: bool, flush: bool) -> Result<Exit> {
-    let p = load(path)?;
+    let mut p = load(path)?;
     if let Some(reset) = refresh::resume(&p.state)? {
         eprintln!("[{}] finished an interrupted full refresh of {}", p.name, reset.join(", "));
     }
     for d in full_refresh {
         let reset = refresh::full_refresh(&p, d).map_err(|e| match e {
-            refresh::RefreshError::Unknown(..) | refresh::RefreshError::Kafka { .. } => {
-                anyhow::Error::from(Usage(e.to_string()))
-            }
+            refresh::RefreshError::Unknown(..) => anyhow::Error::from(Usage(e.to_string())),
             e => e.into(),
         })?;
         eprintln!("[{}] full refresh: reset {} and the checkpoints of the flows on them", p.name, reset.join(", "));
+    }
+    if !full_refresh.is_empty() {
+        // Again, for where the Kafka-backed datasets reset now begin.
+        p = load(path)?;
     }
     let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
     let stop = super::run::stop_on_signals()?;

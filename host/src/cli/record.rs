@@ -90,7 +90,7 @@ pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBoo
     let cfg = KafkaSourceConfig {
         topics: vec![args.topic.clone()],
         partitions: None,
-        starting: args.starting,
+        starting: args.starting.clone(),
         options,
         group_id: "weir-record".into(),
     };

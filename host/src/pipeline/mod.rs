@@ -65,12 +65,16 @@ impl FailurePolicy {
 }
 
 /// Where a Kafka source starts in a partition the checkpoint does not know yet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum StartingOffsets {
     Earliest,
     Latest,
     /// The first offset whose record's timestamp is at or after this (epoch ms).
     Timestamp(i64),
+    /// These offsets, by partition (a Kafka-backed dataset's beginning after a full refresh,
+    /// `project/bases.rs`), never below the earliest the broker keeps; a partition not listed
+    /// from its earliest.
+    Offsets(Vec<(i32, i64)>),
 }
 
 /// How a recorded-events file is laid out.

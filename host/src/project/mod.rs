@@ -9,6 +9,7 @@
 //! directory, or for a Kafka-backed dataset the topic, by replacing the flow's dataset source
 //! or sink with Kafka's. `run.rs` runs the flows; `refresh.rs` resets datasets.
 
+pub(crate) mod bases;
 mod file;
 pub(crate) mod graph;
 pub(crate) mod read;
@@ -35,6 +36,9 @@ pub(crate) enum ProjectError {
     /// The flows and datasets do not fit together: a message naming them.
     #[error("{}: {message}", path.display())]
     Graph { path: PathBuf, message: String },
+    /// Where the Kafka-backed datasets begin could not be read.
+    #[error(transparent)]
+    Bases(#[from] refresh::RefreshError),
 }
 
 /// What `weir test` changes of a project: where its state goes, recorded events in place of
@@ -52,14 +56,25 @@ pub(crate) struct Overrides {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Storage {
     /// The embedded log, in this directory.
-    Embedded {
-        dir: PathBuf,
-    },
+    Embedded { dir: PathBuf },
     Kafka {
         topic: String,
         options: Vec<(String, String)>,
         transactional: bool,
+        /// Where the dataset begins in each partition, after a full refresh (`bases.rs`);
+        /// empty: at the earliest offset.
+        from: Vec<(i32, i64)>,
     },
+}
+
+impl Storage {
+    /// Where a reader of the dataset starts in a Kafka topic.
+    fn starting(from: &[(i32, i64)]) -> StartingOffsets {
+        match from.is_empty() {
+            true => StartingOffsets::Earliest,
+            false => StartingOffsets::Offsets(from.to_vec()),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -154,6 +169,13 @@ impl Project {
                 d.storage = Storage::Embedded { dir: embedded_dir(&state, &d.name) };
             }
         }
+        for (name, base) in refresh::bases(&state)? {
+            if let Some(Storage::Kafka { topic, from, .. }) = datasets.get_mut(&name).map(|d| &mut d.storage)
+                && *topic == base.topic
+            {
+                *from = base.offsets;
+            }
+        }
         if f.flows.is_empty() {
             return Err(invalid(
                 "flows",
@@ -239,7 +261,7 @@ fn dataset(
             if topic.is_empty() {
                 return Err(invalid(&key("topic"), "name the topic, or leave it out to use the dataset's name".into()));
             }
-            Storage::Kafka { topic, options, transactional: d.transactional.unwrap_or(true) }
+            Storage::Kafka { topic, options, transactional: d.transactional.unwrap_or(true), from: Vec::new() }
         }
     };
     if let Some(r) = d.retention
@@ -375,7 +397,7 @@ fn resolve(fl: &mut Flow, datasets: &BTreeMap<String, Dataset>, bounded: bool) {
                 d.table = ds.kind == DatasetKind::Table;
                 d.bounded = bounded;
             }
-            Storage::Kafka { topic, options, .. } => {
+            Storage::Kafka { topic, options, from, .. } => {
                 reads_kafka = true;
                 let group_id = options
                     .iter()
@@ -385,7 +407,7 @@ fn resolve(fl: &mut Flow, datasets: &BTreeMap<String, Dataset>, bounded: bool) {
                 s.kind = SourceKind::Kafka(KafkaSourceConfig {
                     topics: vec![topic.clone()],
                     partitions: None,
-                    starting: StartingOffsets::Earliest,
+                    starting: Storage::starting(from),
                     options: options.clone(),
                     group_id,
                 });
@@ -406,7 +428,7 @@ fn resolve(fl: &mut Flow, datasets: &BTreeMap<String, Dataset>, bounded: bool) {
                 dataset.table = ds.kind == DatasetKind::Table;
                 dataset.retention = ds.retention;
             }
-            Storage::Kafka { topic, options, transactional } => {
+            Storage::Kafka { topic, options, transactional, .. } => {
                 let transactional_id = options
                     .iter()
                     .rev()

@@ -18,7 +18,7 @@ use super::{Dataset, Storage};
 use crate::dataset::DatasetKind;
 use crate::dataset::log::{Log, LogError};
 use crate::kafka::KafkaError;
-use crate::pipeline::{KafkaSourceConfig, StartingOffsets};
+use crate::pipeline::KafkaSourceConfig;
 use crate::source::Limit;
 use crate::source::kafka::KafkaSource;
 
@@ -72,9 +72,9 @@ pub(crate) fn scan(d: &Dataset, each: Each<'_>) -> Result<(), ReadError> {
             }
             failed.map_or(Ok(()), |e| Err(e.into()))
         }
-        Storage::Kafka { topic, options, .. } if table => {
+        Storage::Kafka { topic, options, from, .. } if table => {
             let mut rows = BTreeMap::new();
-            kafka(&d.name, topic, options, &mut |key, value| {
+            kafka(&d.name, topic, options, from, &mut |key, value| {
                 match value.is_empty() {
                     true => rows.remove(key),
                     false => rows.insert(key.to_vec(), value.to_vec()),
@@ -85,9 +85,9 @@ pub(crate) fn scan(d: &Dataset, each: Each<'_>) -> Result<(), ReadError> {
             }
             Ok(())
         }
-        Storage::Kafka { topic, options, .. } => {
+        Storage::Kafka { topic, options, from, .. } => {
             let mut failed = None;
-            kafka(&d.name, topic, options, &mut |key, value| {
+            kafka(&d.name, topic, options, from, &mut |key, value| {
                 if failed.is_none()
                     && let Err(e) = each(key, value)
                 {
@@ -101,12 +101,12 @@ pub(crate) fn scan(d: &Dataset, each: Each<'_>) -> Result<(), ReadError> {
 
 /// A table's current row for `key`, if it has one.
 pub(crate) fn row(d: &Dataset, key: &[u8]) -> Result<Option<Vec<u8>>, ReadError> {
-    let (topic, options) = match &d.storage {
+    let (topic, options, from) = match &d.storage {
         Storage::Embedded { dir } => return Ok(embedded(&d.name, dir)?.row(key)?),
-        Storage::Kafka { topic, options, .. } => (topic, options),
+        Storage::Kafka { topic, options, from, .. } => (topic, options, from),
     };
     let mut found = None;
-    kafka(&d.name, topic, options, &mut |k, value| {
+    kafka(&d.name, topic, options, from, &mut |k, value| {
         if k == key {
             found = (!value.is_empty()).then(|| value.to_vec());
         }
@@ -121,11 +121,13 @@ fn embedded(dataset: &str, dir: &Path) -> Result<Log, ReadError> {
     Ok(Log::open_read_only(dir)?)
 }
 
-/// Every record of a Kafka-backed dataset (key, value), partition by partition in offset order.
+/// Every record of a Kafka-backed dataset (key, value), from where it begins (`from`, after a
+/// full refresh), partition by partition in offset order.
 fn kafka(
     dataset: &str,
     topic: &str,
     options: &[(String, String)],
+    from: &[(i32, i64)],
     each: &mut dyn FnMut(&[u8], &[u8]),
 ) -> Result<(), ReadError> {
     let failed =
@@ -134,7 +136,7 @@ fn kafka(
     let cfg = KafkaSourceConfig {
         topics: vec![topic.to_string()],
         partitions: None,
-        starting: StartingOffsets::Earliest,
+        starting: Storage::starting(from),
         options: options.iter().filter(|(k, _)| k != "group.id" && k != "transactional.id").cloned().collect(),
         group_id: format!("weir-read-{dataset}"),
     };

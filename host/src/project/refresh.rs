@@ -1,19 +1,26 @@
 //! Full refresh: a dataset, every dataset downstream of it, and the checkpoints of the flows
-//! that write or read them are reset, so the next run recomputes them from their sources.
+//! that write or read them are reset, so the next run recomputes them from their sources. An
+//! embedded dataset's log is deleted; a Kafka-backed dataset's topic keeps its records, and the
+//! dataset begins after them instead (`bases.rs`).
 //!
-//! It is atomic by intent: the plan (which directories go) is written to `refresh.json` in the
-//! state directory, synced and renamed into place before anything is deleted, and removed after
-//! the last deletion. A crash before the rename leaves the old state; after it, every start of
-//! the project finishes the plan before any flow runs ([`resume`]), so a refresh that was begun
-//! always completes and never half-applies.
+//! It is atomic by intent: the plan (which directories go, where each Kafka-backed dataset now
+//! begins) is written to `refresh.json` in the state directory, synced and renamed into place
+//! before anything changes, and removed after the last deletion. A crash before the rename
+//! leaves the old state; after it, every start of the project finishes the plan before any flow
+//! runs ([`resume`]), so a refresh that was begun always completes and never half-applies. A
+//! reader in between already sees the plan's beginnings ([`bases`]).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use std::collections::BTreeMap;
+
+use super::bases::{self, Base, BaseError};
 use super::{Project, Storage};
 use crate::checkpoint::CheckpointDir;
+use crate::kafka::KafkaError;
 
 /// The plan's file, in the state directory.
 const PLAN: &str = "refresh.json";
@@ -22,11 +29,10 @@ const PLAN: &str = "refresh.json";
 pub(crate) enum RefreshError {
     #[error("--full-refresh {0}: the project has no such dataset (it has: {1})")]
     Unknown(String, String),
-    #[error(
-        "--full-refresh {dataset}: it (or {downstream}, downstream of it) is stored in Kafka topic {topic}, which \
-         Weir does not delete; delete and recreate the topic, then refresh again"
-    )]
-    Kafka { dataset: String, downstream: String, topic: String },
+    #[error("--full-refresh: where dataset {dataset} ends in Kafka topic {topic}")]
+    Kafka { dataset: String, topic: String, source: KafkaError },
+    #[error(transparent)]
+    Bases(#[from] BaseError),
     #[error("--full-refresh: a flow it would reset is running; stop the project first")]
     Running(#[source] crate::checkpoint::CheckpointError),
     #[error("cannot reset {}", path.display())]
@@ -40,6 +46,9 @@ struct Plan {
     /// The datasets reset (for the report), and every directory to delete.
     datasets: Vec<String>,
     remove: Vec<PathBuf>,
+    /// Where each Kafka-backed dataset reset now begins: the ends its topic had.
+    #[serde(default)]
+    bases: BTreeMap<String, Base>,
 }
 
 /// `dataset` and every dataset downstream of it.
@@ -64,16 +73,11 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
     }
     let datasets = downstream(p, dataset);
     let mut remove = Vec::new();
+    let mut kafka = Vec::new();
     for name in &datasets {
         match p.datasets.get(name).map(|d| &d.storage) {
             Some(Storage::Embedded { dir }) => remove.push(dir.clone()),
-            Some(Storage::Kafka { topic, .. }) => {
-                return Err(RefreshError::Kafka {
-                    dataset: dataset.to_string(),
-                    downstream: name.clone(),
-                    topic: topic.clone(),
-                });
-            }
+            Some(Storage::Kafka { topic, options, .. }) => kafka.push((name, topic, options)),
             None => {}
         }
     }
@@ -94,7 +98,18 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
         .collect::<Result<Vec<_>, _>>()
         .map_err(RefreshError::Running)?;
     remove.extend(flows);
-    let plan = Plan { datasets: datasets.into_iter().collect(), remove };
+    // The ends are read with every flow on them stopped (their locks are held), so no record
+    // of the old dataset comes after them.
+    let mut bases = BTreeMap::new();
+    for (name, topic, options) in kafka {
+        let base = bases::ends(topic, options).map_err(|source| RefreshError::Kafka {
+            dataset: name.clone(),
+            topic: topic.clone(),
+            source,
+        })?;
+        bases.insert(name.clone(), base);
+    }
+    let plan = Plan { datasets: datasets.into_iter().collect(), remove, bases };
     write_plan(&p.state, &plan)?;
     carry_out(&p.state, &plan)?;
     Ok(plan.datasets)
@@ -102,15 +117,29 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
 
 /// Finishes a refresh a crash interrupted; returns the datasets it reset, if there was one.
 pub(crate) fn resume(state: &Path) -> Result<Option<Vec<String>>, RefreshError> {
+    let Some(plan) = pending(state)? else { return Ok(None) };
+    carry_out(state, &plan)?;
+    Ok(Some(plan.datasets))
+}
+
+/// The plan of a refresh begun and not finished, if there is one.
+fn pending(state: &Path) -> Result<Option<Plan>, RefreshError> {
     let path = state.join(PLAN);
     let text = match std::fs::read(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(RefreshError::Io { path, source: e }),
     };
-    let plan: Plan = serde_json::from_slice(&text).map_err(|e| RefreshError::Plan { path: path.clone(), source: e })?;
-    carry_out(state, &plan)?;
-    Ok(Some(plan.datasets))
+    serde_json::from_slice(&text).map(Some).map_err(|e| RefreshError::Plan { path, source: e })
+}
+
+/// Where each Kafka-backed dataset begins: as recorded, and as a refresh begun says.
+pub(crate) fn bases(state: &Path) -> Result<BTreeMap<String, Base>, RefreshError> {
+    let mut all = bases::load(state)?;
+    if let Some(plan) = pending(state)? {
+        all.extend(plan.bases);
+    }
+    Ok(all)
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RefreshError + '_ {
@@ -125,6 +154,8 @@ fn write_plan(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
 }
 
 fn carry_out(state: &Path, plan: &Plan) -> Result<(), RefreshError> {
+    // The beginnings first: once a reset flow's checkpoint is gone, it must start there.
+    bases::record(state, &plan.bases)?;
     for dir in &plan.remove {
         match std::fs::remove_dir_all(dir) {
             Ok(()) => {}

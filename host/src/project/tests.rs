@@ -113,9 +113,15 @@ fn a_refresh_a_crash_interrupted_is_finished_at_the_next_start() {
     let plan = serde_json::json!({
         "datasets": ["b"],
         "remove": [p.state.join("datasets/b"), p.state.join("flows/silver")],
+        "bases": { "b": { "topic": "tb", "offsets": [[0, 5], [1, 7]] } },
     });
     std::fs::write(p.state.join("refresh.json"), plan.to_string()).unwrap();
+    // A reader before the plan is finished already sees where a Kafka-backed b now begins.
+    let b = super::bases::Base { topic: "tb".into(), offsets: vec![(0, 5), (1, 7)] };
+    assert_eq!(refresh::bases(&p.state).unwrap().get("b"), Some(&b));
+    assert!(super::bases::load(&p.state).unwrap().is_empty(), "not recorded before the plan is carried out");
     assert_eq!(refresh::resume(&p.state).unwrap(), Some(vec!["b".to_string()]));
+    assert_eq!(super::bases::load(&p.state).unwrap().get("b"), Some(&b), "recorded by the plan");
     assert!(!p.state.join("datasets/b").exists() && !p.state.join("flows/silver").exists());
     assert!(p.state.join("datasets/a").exists() && p.state.join("flows/bronze").exists());
     assert!(!p.state.join("refresh.json").exists());

@@ -142,7 +142,7 @@ impl KafkaSource {
             let saved = at.iter().find(|o| &o.topic == topic && o.partition == partition).map(|o| o.offset);
             let next = match saved {
                 Some(o) => o,
-                None => start_offset(&consumer, &stop, topic, partition, cfg.starting)?,
+                None => start_offset(&consumer, &stop, topic, partition, &cfg.starting)?,
             };
             tpl.add_partition_offset(topic, partition, Offset::Offset(next))
                 .map_err(|e| KafkaError::Call { what: "assign".into(), source: e })?;
@@ -494,7 +494,7 @@ fn start_offset(
     stop: &AtomicBool,
     topic: &str,
     partition: i32,
-    start: StartingOffsets,
+    start: &StartingOffsets,
 ) -> Result<i64, KafkaError> {
     let (low, high) = with_retry(stop, &format!("watermarks of {topic}/{partition}"), || {
         consumer.fetch_watermarks(topic, partition, CALL_TIMEOUT)
@@ -502,9 +502,15 @@ fn start_offset(
     match start {
         StartingOffsets::Earliest => Ok(low),
         StartingOffsets::Latest => Ok(high),
+        // Past the end, the offsets are not this topic's (it was deleted and created again
+        // since): from its earliest.
+        StartingOffsets::Offsets(at) => Ok(match at.iter().find(|(p, _)| *p == partition) {
+            Some(&(_, o)) if o <= high => o.max(low),
+            _ => low,
+        }),
         StartingOffsets::Timestamp(ms) => {
             let mut tpl = TopicPartitionList::new();
-            tpl.add_partition_offset(topic, partition, Offset::Offset(ms))
+            tpl.add_partition_offset(topic, partition, Offset::Offset(*ms))
                 .map_err(|e| KafkaError::Call { what: "offsets_for_times".into(), source: e })?;
             let found = with_retry(stop, &format!("offset for time {ms} in {topic}/{partition}"), || {
                 consumer.offsets_for_times(tpl.clone(), CALL_TIMEOUT)
