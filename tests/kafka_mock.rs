@@ -385,10 +385,7 @@ fn a_full_refresh_of_kafka_backed_datasets_begins_them_after_their_old_records()
     ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
     let r = reference(&events);
     check_against_reference(&project, &r);
-    let identity = |flow: &str| {
-        let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
-        String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("identity")).unwrap().to_string()
-    };
+    let identity = |flow: &str| identity(&project, flow);
     let bronze_identity = identity("bronze");
 
     drop_pending_in_silver(&project);

@@ -201,10 +201,7 @@ fn a_full_refresh_of_silver_recomputes_silver_and_gold_and_leaves_bronze() {
     let project = medallion(dir.path(), &[]);
     ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
     let before = datasets(&project);
-    let identity = |flow: &str| {
-        let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
-        String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("identity")).unwrap().to_string()
-    };
+    let identity = |flow: &str| identity(&project, flow);
     let bronze_identity = identity("bronze");
     let silver_identity = identity("silver");
 

@@ -150,6 +150,12 @@ pub fn query(project: &Path, dataset: &str) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
 }
 
+/// The checkpoint identity `weir inspect` prints for one of the project's flows.
+pub fn identity(project: &Path, flow: &str) -> String {
+    let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
+    String::from_utf8_lossy(&out.stdout).lines().find(|l| l.starts_with("identity")).unwrap().to_string()
+}
+
 pub fn sorted(mut v: Vec<String>) -> Vec<String> {
     v.sort();
     v

@@ -30,7 +30,7 @@ pub(crate) enum RefreshError {
     #[error("--full-refresh {0}: the project has no such dataset (it has: {1})")]
     Unknown(String, String),
     #[error("--full-refresh: where dataset {dataset} ends in Kafka topic {topic}")]
-    Kafka { dataset: String, topic: String, source: KafkaError },
+    Kafka { dataset: String, topic: String, source: Box<KafkaError> },
     #[error(transparent)]
     Bases(#[from] BaseError),
     #[error("--full-refresh: a flow it would reset is running; stop the project first")]
@@ -105,7 +105,7 @@ pub(crate) fn full_refresh(p: &Project, dataset: &str) -> Result<Vec<String>, Re
         let base = bases::ends(topic, options).map_err(|source| RefreshError::Kafka {
             dataset: name.clone(),
             topic: topic.clone(),
-            source,
+            source: Box::new(source),
         })?;
         bases.insert(name.clone(), base);
     }
