@@ -210,3 +210,24 @@ proptest::proptest! {
         proptest::prop_assert_eq!(values(&got), expected(from, &all[from as usize..]));
     }
 }
+
+/// Reads that cross chunks, from sorted files rather than the memtable, in a directory where
+/// flushes use direct I/O (the temp dir, on disk) and where they cannot (tmpfs, when present).
+#[test]
+fn reads_across_chunks_from_flushed_files_with_or_without_direct_io() {
+    let disk = tempfile::tempdir().expect("tempdir");
+    let shm = Path::new("/dev/shm");
+    let tmpfs = shm.is_dir().then(|| tempfile::tempdir_in(shm).expect("tempdir in /dev/shm"));
+    for dir in std::iter::once(&disk).chain(tmpfs.as_ref()) {
+        let log = Log::open(dir.path(), false).expect("open");
+        // 3 MiB and more in one append: four chunks.
+        let all: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..3_500u32).map(|i| (format!("k{i}").into_bytes(), vec![b'a' + (i % 26) as u8; 1_000])).collect();
+        append(&log, "w", 0, &all);
+        log.db.flush().expect("flush to a sorted file");
+        for from in [0u64, 1, 1_040, 2_000, 3_499] {
+            let got = log.read(from, 3_400, usize::MAX).expect("read");
+            assert_eq!(values(&got), expected(from, &all[from as usize..3_400.max(from as usize)]), "from {from}");
+        }
+    }
+}
