@@ -70,8 +70,16 @@ fn every_dataset_is_the_same_after_repeated_kill_9() {
     let killed = dir.path().join("killed");
     // Small batches, so the kills land all along the way; the flows flush at the end of input
     // (the kill loop runs `weir run` without --flush).
-    let mut edits =
-        vec![("bronze.toml", "path = \"orders.jsonl\"", "path = \"orders.jsonl\"\nmax_offsets_per_trigger = 2000")];
+    // Bronze's appends (2,000 rows, some 300 KB) are ingested as sorted files, silver's go
+    // through the write-ahead log: kills land in both ways of appending.
+    let mut edits = vec![
+        ("bronze.toml", "path = \"orders.jsonl\"", "path = \"orders.jsonl\"\nmax_offsets_per_trigger = 2000"),
+        (
+            "weir.toml",
+            "[datasets.bronze]\nkind = \"stream\"",
+            "[datasets.bronze]\nkind = \"stream\"\nappend_file_bytes = 65536",
+        ),
+    ];
     for f in ["silver.toml", "gold-error-rate.toml", "gold-user-orders.toml"] {
         edits.push((f, "delay = \"10 minutes\"", "delay = \"10 minutes\"\nflush_at_end = true"));
     }

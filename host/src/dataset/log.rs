@@ -18,6 +18,11 @@
 //! - Each writer (a flow's checkpoint identity) appends its batches in increasing batch ids; a
 //!   batch id at or below its mark is a re-delivery after a crash and is skipped, which makes a
 //!   flow's output to a dataset exactly-once.
+//! - A large append of a stream's records is written once: its chunks go into a sorted file
+//!   that RocksDB takes in whole (an ingest, no write-ahead log or memtable copy), and only then
+//!   are the end and the mark written, synced. A crash between the two leaves chunks at or past
+//!   the end, which no reader reaches (reads stop at the end) and opening the log deletes, so
+//!   the re-run append finds no stale chunk among its own.
 //! - A table dataset also keeps, in the same write, each key's latest row (`k` + key), deleted
 //!   by a tombstone: the materialized view that `weir query` reads.
 
@@ -26,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use rocksdb::{DB, Options, WriteBatch, WriteOptions};
+use rocksdb::{DB, IngestExternalFileOptions, Options, SstFileWriter, WriteBatch, WriteOptions};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LogError {
@@ -40,6 +45,8 @@ pub(crate) enum LogError {
         path.display()
     )]
     Trimmed { path: PathBuf, from: u64, start: u64 },
+    #[error("dataset log {}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
 }
 
 /// Key of the next offset to append at.
@@ -57,6 +64,15 @@ const ROW: u8 = b'k';
 /// few values of this size, not one value per record (each a key in RocksDB's memtable and
 /// index), nor one huge value.
 const CHUNK_BYTES: usize = 1 << 20;
+/// Bytes (of keys, values and heads) from which a stream's append is ingested as a sorted
+/// file rather than written through the write-ahead log and memtable, which copy every chunk
+/// twice more before it is in a file. Below it, the file, its sync and the manifest update
+/// would cost more than the copies (a continuous flow appends a few rows at a time), and a
+/// long stream would pile up small files. A dataset's `append_file_bytes` overrides it.
+pub(crate) const INGEST_BYTES: usize = 4 << 20;
+/// The sorted file an append builds in the log's directory, moved into RocksDB by the ingest
+/// (one appender at a time, so one name).
+const INGEST_FILE: &str = "append.sst";
 /// A record's head in its chunk: timestamp (8), key length (4), value length (4).
 const RECORD_HEAD: usize = 16;
 
@@ -89,10 +105,23 @@ struct Tail {
     /// The appender's chunk buffer, kept between appends: a fresh one's pages would be
     /// faulted in, zeroed, every batch.
     chunk: Vec<u8>,
+    /// An ingest may have left chunks at or past `end` (its append failed after it): deleted
+    /// before the next append.
+    orphans: bool,
+    /// Appends of a stream with at least this many bytes are ingested as sorted files.
+    ingest_bytes: usize,
+}
+
+impl Tail {
+    fn new(start: u64, end: u64) -> Self {
+        Tail { start, end, writers: 0, chunk: Vec::new(), orphans: false, ingest_bytes: INGEST_BYTES }
+    }
 }
 
 pub(crate) struct Log {
     db: DB,
+    /// The options the log was opened with, which an append's sorted file is written with.
+    opts: Options,
     path: PathBuf,
     table: bool,
     tail: Mutex<Tail>,
@@ -145,7 +174,8 @@ impl Log {
         // where RocksDB's flushes would then fail, so only where a probe shows it works.
         opts.set_use_direct_io_for_flush_and_compaction(direct_io_works(&path));
         let db = DB::open(&opts, &path).map_err(|e| LogError::Db { path: path.clone(), source: e })?;
-        let log = Arc::new(Self::over(db, path.clone(), table)?);
+        let log = Arc::new(Self::over(db, opts, path.clone(), table)?);
+        log.drop_orphans()?;
         logs.retain(|_, l| l.strong_count() > 0);
         logs.insert(path, Arc::downgrade(&log));
         Ok(log)
@@ -154,26 +184,48 @@ impl Log {
     /// Opens a log another process may be appending to, to read what it had when opened
     /// (`weir query`, `weir graph`).
     pub(crate) fn open_read_only(path: &Path) -> Result<Log, LogError> {
-        let db = DB::open_for_read_only(&Options::default(), path, false)
+        let opts = Options::default();
+        let db = DB::open_for_read_only(&opts, path, false)
             .map_err(|e| LogError::Db { path: path.to_path_buf(), source: e })?;
-        Self::over(db, path.to_path_buf(), false)
+        Self::over(db, opts, path.to_path_buf(), false)
     }
 
-    fn over(db: DB, path: PathBuf, table: bool) -> Result<Log, LogError> {
-        let mut log = Log {
-            db,
-            path,
-            table,
-            tail: Mutex::new(Tail { start: 0, end: 0, writers: 0, chunk: Vec::new() }),
-            grew: Condvar::new(),
-        };
+    fn over(db: DB, opts: Options, path: PathBuf, table: bool) -> Result<Log, LogError> {
+        let mut log = Log { db, opts, path, table, tail: Mutex::new(Tail::new(0, 0)), grew: Condvar::new() };
         let start = log.counter(START)?;
         let end = log.counter(END)?;
         if start > end {
             return Err(log.corrupt(format!("starts at {start}, after its end {end}")));
         }
-        log.tail = Mutex::new(Tail { start, end, writers: 0, chunk: Vec::new() });
+        let mut tail = Tail::new(start, end);
+        tail.orphans = true;
+        log.tail = Mutex::new(tail);
         Ok(log)
+    }
+
+    /// Deletes chunks at or past the end, which an ingest whose append did not finish left.
+    fn drop_orphans(&self) -> Result<(), LogError> {
+        let mut tail = self.tail();
+        self.drop_orphans_locked(&mut tail)
+    }
+
+    fn drop_orphans_locked(&self, tail: &mut Tail) -> Result<(), LogError> {
+        if !tail.orphans {
+            return Ok(());
+        }
+        let from = record_key(tail.end);
+        let mut it = self.db.raw_iterator();
+        it.seek(from);
+        it.status().map_err(|e| self.err(e))?;
+        if it.key().is_some_and(|k| k.first() == Some(&RECORD)) {
+            let mut wb = WriteBatch::default();
+            wb.delete_range(&from[..], &[RECORD + 1][..]);
+            let mut opts = WriteOptions::default();
+            opts.set_sync(true);
+            self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
+        }
+        tail.orphans = false;
+        Ok(())
     }
 
     fn err(&self, e: rocksdb::Error) -> LogError {
@@ -197,6 +249,12 @@ impl Log {
 
     fn tail(&self) -> std::sync::MutexGuard<'_, Tail> {
         self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Appends of at least `bytes` are ingested as sorted files (the dataset's
+    /// `append_file_bytes`).
+    pub(crate) fn append_files_from(&self, bytes: usize) {
+        self.tail().ingest_bytes = bytes.max(1);
     }
 
     /// The next offset an append writes at: the number of records ever appended.
@@ -236,12 +294,19 @@ impl Log {
         if self.delivered(writer)?.is_some_and(|last| batch <= last) {
             return Ok(Appended::Again);
         }
+        self.drop_orphans_locked(&mut tail)?;
         let first = tail.end;
         let mut end = first;
         let records = records.into_iter();
         let heads = records.size_hint().0 * RECORD_HEAD;
+        let ingest = !self.table && bytes + heads >= tail.ingest_bytes;
+        let mut file = if ingest { Some(self.sorted_file()?) } else { None };
         // Chunks, their RocksDB keys and a table's rows: twice the bytes at most.
-        let mut wb = WriteBatch::with_capacity_bytes(if self.table { 2 } else { 1 } * (bytes + heads) + 4096);
+        let mut wb = WriteBatch::with_capacity_bytes(match (self.table, ingest) {
+            (_, true) => 4096,
+            (true, false) => 2 * (bytes + heads) + 4096,
+            (false, false) => bytes + heads + 4096,
+        });
         // One chunk's buffer for the whole append (the batch copies each chunk in).
         let mut chunk = std::mem::take(&mut tail.chunk);
         chunk.clear();
@@ -251,7 +316,7 @@ impl Log {
             let key_len = u32::try_from(key.len()).map_err(|_| self.corrupt("a key over 4 GiB".into()))?;
             let row_len = u32::try_from(row.len()).map_err(|_| self.corrupt("a row over 4 GiB".into()))?;
             if chunk.len() >= CHUNK_BYTES {
-                wb.put(record_key(chunk_first), &chunk);
+                self.put_chunk(&mut wb, file.as_mut(), chunk_first, &chunk)?;
                 chunk.clear();
                 chunk_first = end;
             }
@@ -267,21 +332,61 @@ impl Log {
             end += 1;
         }
         if !chunk.is_empty() {
-            wb.put(record_key(chunk_first), &chunk);
+            self.put_chunk(&mut wb, file.as_mut(), chunk_first, &chunk)?;
         }
         // Not kept after a record far larger than a chunk.
         if chunk.capacity() <= 2 * CHUNK_BYTES {
             tail.chunk = chunk;
+        }
+        // A file with no chunk cannot be finished (an append of nothing sized as large).
+        if let Some(mut file) = file.filter(|_| end > first) {
+            file.finish().map_err(|e| self.err(e))?;
+            let mut ingest = IngestExternalFileOptions::default();
+            ingest.set_move_files(true);
+            // From here until the end is written, chunks past it may be in the log.
+            tail.orphans = true;
+            self.db.ingest_external_file_opts(&ingest, vec![self.path.join(INGEST_FILE)]).map_err(|e| self.err(e))?;
         }
         wb.put(END, end.to_be_bytes());
         wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
+        tail.orphans = false;
         tail.end = end;
         drop(tail);
         self.grew.notify_all();
         Ok(Appended::Written { first, end })
+    }
+
+    /// A fresh sorted file for an append's chunks (one a failed append left is replaced).
+    fn sorted_file(&self) -> Result<SstFileWriter<'_>, LogError> {
+        let path = self.path.join(INGEST_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::Io { path, source: e }),
+        }
+        let file = SstFileWriter::create(&self.opts);
+        file.open(&path).map_err(|e| self.err(e))?;
+        Ok(file)
+    }
+
+    /// One chunk into the append's sorted file, or its write batch.
+    fn put_chunk(
+        &self,
+        wb: &mut WriteBatch,
+        file: Option<&mut SstFileWriter<'_>>,
+        first: u64,
+        chunk: &[u8],
+    ) -> Result<(), LogError> {
+        match file {
+            Some(f) => f.put(record_key(first), chunk).map_err(|e| self.err(e)),
+            None => {
+                wb.put(record_key(first), chunk);
+                Ok(())
+            }
+        }
     }
 
     /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order,

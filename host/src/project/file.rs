@@ -37,6 +37,8 @@ pub(super) struct DatasetFile {
     pub(super) transactional: Option<bool>,
     /// Embedded: drop records older than this.
     pub(super) retention: Option<Dur>,
+    /// Embedded: an append of at least this many bytes is written as a sorted file of its own.
+    pub(super) append_file_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

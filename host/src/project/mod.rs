@@ -84,6 +84,8 @@ pub(crate) struct Dataset {
     pub storage: Storage,
     /// Embedded: records older than this are dropped.
     pub retention: Option<Duration>,
+    /// Embedded: appends of at least this many bytes are ingested as sorted files.
+    pub append_file_bytes: usize,
 }
 
 /// One flow: a pipeline, and the datasets it reads and writes.
@@ -256,6 +258,7 @@ fn dataset(
         }
         file::StorageFile::Kafka => {
             only("retention", d.retention.is_some(), "embedded")?;
+            only("append_file_bytes", d.append_file_bytes.is_some(), "embedded")?;
             let options = crate::pipeline::kafka_options(&key("kafka"), d.kafka.unwrap_or_default(), invalid)?;
             let topic = d.topic.unwrap_or_else(|| name.clone());
             if topic.is_empty() {
@@ -269,7 +272,17 @@ fn dataset(
     {
         return Err(invalid(&key("retention"), "keep records for some time, e.g. retention = \"7 days\"".into()));
     }
-    Ok(Dataset { name, kind: d.kind, storage, retention: d.retention.map(|r| r.0) })
+    let append_file_bytes = match d.append_file_bytes {
+        None => crate::dataset::log::INGEST_BYTES,
+        Some(0) => {
+            return Err(invalid(
+                &key("append_file_bytes"),
+                format!("give a size in bytes, e.g. {}, or leave it out", crate::dataset::log::INGEST_BYTES),
+            ));
+        }
+        Some(b) => usize::try_from(b).unwrap_or(usize::MAX),
+    };
+    Ok(Dataset { name, kind: d.kind, storage, retention: d.retention.map(|r| r.0), append_file_bytes })
 }
 
 /// Every source a pipeline reads: its own, a join's table, an interval join's other stream.

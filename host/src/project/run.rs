@@ -62,6 +62,7 @@ pub(crate) fn run(p: &Project, runtime: &Arc<Runtime>, opts: FlowOptions) -> Res
         if let Storage::Embedded { dir } = &d.storage {
             let log = Log::open(dir, d.kind == DatasetKind::Table)?;
             log.expect_writers(p.writers(&d.name).count());
+            log.append_files_from(d.append_file_bytes);
             logs.insert(d.name.clone(), log);
         }
     }

@@ -85,6 +85,11 @@ fn bad_datasets_name_the_key_and_the_fix() {
         ("[datasets.a]\nkind = \"view\"\n", "datasets.a.kind"),
         ("[datasets.\"a b\"]\n", "datasets.a b"),
         ("[datasets.a]\nretention = \"0s\"\n", "datasets.a.retention"),
+        ("[datasets.a]\nappend_file_bytes = 0\n", "datasets.a.append_file_bytes: give a size in bytes"),
+        (
+            "[datasets.a]\nstorage = \"kafka\"\nappend_file_bytes = 100\n",
+            "datasets.a.append_file_bytes: applies to storage = \"embedded\" only",
+        ),
     ] {
         let file = write(dir.path(), datasets, &[("f", &format!("{FILE}{}", into("a")))]);
         let e = Project::load(&file).unwrap_err().to_string();

@@ -231,3 +231,46 @@ fn reads_across_chunks_from_flushed_files_with_or_without_direct_io() {
         }
     }
 }
+
+/// An append large enough to be ingested as a sorted file skips the write-ahead log and reads
+/// back like any other, after a restart too. Chunks an ingest left past the end (its append
+/// killed before the end was written) are deleted when the log opens, so the re-run append's
+/// chunks are the only ones a read finds.
+#[test]
+fn an_ingested_append_reads_back_and_chunks_past_the_end_are_dropped_on_open() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let small = rows(0..10);
+    let big: Vec<(Vec<u8>, Vec<u8>)> =
+        (0..6_000u32).map(|i| (format!("k{i}").into_bytes(), vec![b'a' + (i % 26) as u8; 1_000])).collect();
+    let bytes = big.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let wal_bytes = |dir: &Path| -> u64 {
+        std::fs::read_dir(dir)
+            .expect("list")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .map(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+            .sum()
+    };
+    {
+        let log = Log::open(dir.path(), false).expect("open");
+        append(&log, "w", 0, &small);
+        let big_rows = big.iter().map(|(k, v)| (k.as_slice(), v.as_slice(), 7));
+        assert_eq!(log.append("w", 1, bytes, big_rows).expect("append"), Appended::Written { first: 10, end: 6_010 });
+        assert!(
+            wal_bytes(dir.path()) < 1 << 20,
+            "6 MB appended, {} bytes of it in the write-ahead log",
+            wal_bytes(dir.path())
+        );
+        // What a kill between an ingest and the write of its end leaves: chunks past the end.
+        log.db.put(record_key(6_013), b"a stale chunk").expect("put");
+        log.db.put(record_key(6_700), b"another").expect("put");
+    }
+    let log = Log::open(dir.path(), false).expect("reopen");
+    assert_eq!(log.end(), 6_010);
+    let mut all = small.clone();
+    all.extend(big);
+    assert_eq!(values(&log.read(0, u64::MAX, usize::MAX).expect("read")), expected(0, &all));
+    let next = rows(0..1_000);
+    assert_eq!(append(&log, "w", 2, &next), Appended::Written { first: 6_010, end: 7_010 });
+    assert_eq!(values(&log.read(6_500, u64::MAX, usize::MAX).expect("read")), expected(6_500, &next[490..]));
+}
