@@ -6,10 +6,10 @@
 //! own: records are stored in chunks of consecutive offsets (up to a MiB), each a value under
 //! `r` + its first offset (8 bytes, big-endian, so keys sort by offset), and RocksDB's
 //! write-ahead log and sorted files are the segments. That buys what a log needs and a
-//! hand-written one gets wrong: an append is made whole by one atomic, checksummed write, so a kill -9 in the
-//! middle of one leaves a torn tail that recovery truncates at the last whole append (never a
-//! half-read record); retention drops a range of offsets in one delete and compaction frees the
-//! files.
+//! hand-written one gets wrong: an append is made whole by one atomic, checksummed write, so a
+//! kill -9 in the middle of one leaves a torn tail that recovery truncates at the last whole
+//! append (never a half-read record); retention drops a range of offsets in one delete and
+//! compaction frees the files.
 //!
 //! Invariants:
 //! - A small append writes its records, the new end and its writer's delivery mark in one write
