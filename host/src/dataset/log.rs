@@ -21,8 +21,8 @@
 //! - A large append of a stream's records is written once: its chunks go into a sorted file
 //!   that RocksDB takes in whole (an ingest, no write-ahead log or memtable copy), and only then
 //!   are the end and the mark written, synced. A crash between the two leaves chunks at or past
-//!   the end, which no reader reaches (reads stop at the end) and opening the log deletes, so
-//!   the re-run append finds no stale chunk among its own.
+//!   the end, which no reader reaches (reads stop at the end) and the next append (or opening
+//!   the log) deletes first, so the re-run append finds no stale chunk among its own.
 //! - A table dataset also keeps, in the same write, each key's latest row (`k` + key), deleted
 //!   by a tombstone: the materialized view that `weir query` reads.
 
@@ -105,16 +105,13 @@ struct Tail {
     /// The appender's chunk buffer, kept between appends: a fresh one's pages would be
     /// faulted in, zeroed, every batch.
     chunk: Vec<u8>,
-    /// An ingest may have left chunks at or past `end` (its append failed after it): deleted
-    /// before the next append.
-    orphans: bool,
     /// Appends of a stream with at least this many bytes are ingested as sorted files.
     ingest_bytes: usize,
 }
 
 impl Tail {
     fn new(start: u64, end: u64) -> Self {
-        Tail { start, end, writers: 0, chunk: Vec::new(), orphans: false, ingest_bytes: INGEST_BYTES }
+        Tail { start, end, writers: 0, chunk: Vec::new(), ingest_bytes: INGEST_BYTES }
     }
 }
 
@@ -175,7 +172,7 @@ impl Log {
         opts.set_use_direct_io_for_flush_and_compaction(direct_io_works(&path));
         let db = DB::open(&opts, &path).map_err(|e| LogError::Db { path: path.clone(), source: e })?;
         let log = Arc::new(Self::over(db, opts, path.clone(), table)?);
-        log.drop_orphans()?;
+        log.drop_orphans(log.end())?;
         logs.retain(|_, l| l.strong_count() > 0);
         logs.insert(path, Arc::downgrade(&log));
         Ok(log)
@@ -197,23 +194,15 @@ impl Log {
         if start > end {
             return Err(log.corrupt(format!("starts at {start}, after its end {end}")));
         }
-        let mut tail = Tail::new(start, end);
-        tail.orphans = true;
-        log.tail = Mutex::new(tail);
+        log.tail = Mutex::new(Tail::new(start, end));
         Ok(log)
     }
 
-    /// Deletes chunks at or past the end, which an ingest whose append did not finish left.
-    fn drop_orphans(&self) -> Result<(), LogError> {
-        let mut tail = self.tail();
-        self.drop_orphans_locked(&mut tail)
-    }
-
-    fn drop_orphans_locked(&self, tail: &mut Tail) -> Result<(), LogError> {
-        if !tail.orphans {
-            return Ok(());
-        }
-        let from = record_key(tail.end);
+    /// Deletes chunks at or past `end`, which an ingest whose append did not finish left (a
+    /// kill, or an error after the ingest): one seek when there are none, as there almost
+    /// always are not.
+    fn drop_orphans(&self, end: u64) -> Result<(), LogError> {
+        let from = record_key(end);
         let mut it = self.db.raw_iterator();
         it.seek(from);
         it.status().map_err(|e| self.err(e))?;
@@ -224,7 +213,6 @@ impl Log {
             opts.set_sync(true);
             self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
         }
-        tail.orphans = false;
         Ok(())
     }
 
@@ -254,7 +242,7 @@ impl Log {
     /// Appends of at least `bytes` are ingested as sorted files (the dataset's
     /// `append_file_bytes`).
     pub(crate) fn append_files_from(&self, bytes: usize) {
-        self.tail().ingest_bytes = bytes.max(1);
+        self.tail().ingest_bytes = bytes;
     }
 
     /// The next offset an append writes at: the number of records ever appended.
@@ -294,7 +282,7 @@ impl Log {
         if self.delivered(writer)?.is_some_and(|last| batch <= last) {
             return Ok(Appended::Again);
         }
-        self.drop_orphans_locked(&mut tail)?;
+        self.drop_orphans(tail.end)?;
         let first = tail.end;
         let mut end = first;
         let records = records.into_iter();
@@ -343,8 +331,6 @@ impl Log {
             file.finish().map_err(|e| self.err(e))?;
             let mut ingest = IngestExternalFileOptions::default();
             ingest.set_move_files(true);
-            // From here until the end is written, chunks past it may be in the log.
-            tail.orphans = true;
             self.db.ingest_external_file_opts(&ingest, vec![self.path.join(INGEST_FILE)]).map_err(|e| self.err(e))?;
         }
         wb.put(END, end.to_be_bytes());
@@ -352,14 +338,15 @@ impl Log {
         let mut opts = WriteOptions::default();
         opts.set_sync(true);
         self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
-        tail.orphans = false;
         tail.end = end;
         drop(tail);
         self.grew.notify_all();
         Ok(Appended::Written { first, end })
     }
 
-    /// A fresh sorted file for an append's chunks (one a failed append left is replaced).
+    /// A fresh sorted file for an append's chunks. A file of that name is removed first, not
+    /// truncated by the writer: after an ingest that moved it, the name may still be a hard
+    /// link to one of the log's own files.
     fn sorted_file(&self) -> Result<SstFileWriter<'_>, LogError> {
         let path = self.path.join(INGEST_FILE);
         match std::fs::remove_file(&path) {

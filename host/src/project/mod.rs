@@ -274,6 +274,12 @@ fn dataset(
     }
     let append_file_bytes = match d.append_file_bytes {
         None => crate::dataset::log::INGEST_BYTES,
+        Some(_) if d.kind == DatasetKind::Table => {
+            return Err(invalid(
+                &key("append_file_bytes"),
+                "applies to kind = \"stream\" only (a table's rows are written with its row index); remove it".into(),
+            ));
+        }
         Some(0) => {
             return Err(invalid(
                 &key("append_file_bytes"),

@@ -87,6 +87,10 @@ fn bad_datasets_name_the_key_and_the_fix() {
         ("[datasets.a]\nretention = \"0s\"\n", "datasets.a.retention"),
         ("[datasets.a]\nappend_file_bytes = 0\n", "datasets.a.append_file_bytes: give a size in bytes"),
         (
+            "[datasets.a]\nkind = \"table\"\nappend_file_bytes = 100\n",
+            "datasets.a.append_file_bytes: applies to kind = \"stream\" only",
+        ),
+        (
             "[datasets.a]\nstorage = \"kafka\"\nappend_file_bytes = 100\n",
             "datasets.a.append_file_bytes: applies to storage = \"embedded\" only",
         ),
