@@ -60,6 +60,29 @@ pub(crate) enum CheckpointError {
         dir.display()
     )]
     Locked { dir: PathBuf, holder: String },
+    /// A group's task was claimed by a newer owner (`scale/ledger.rs`): this run no longer owns
+    /// it and must write nothing more.
+    #[error("task {task}: fenced: owner epoch {epoch} was superseded by epoch {newer}, which another process claimed")]
+    Fenced { task: String, epoch: u64, newer: u64 },
+    /// The record kept outside this machine could not be read or written.
+    #[error("task {task}: its checkpoint record: {source}")]
+    Ledger {
+        task: String,
+        #[source]
+        source: Box<crate::kafka::KafkaError>,
+    },
+}
+
+/// Where a run's checkpoint is recorded beyond its directory, which then is only the working
+/// copy: a group's task (`scale/ledger.rs`) writes its plans and commits to Kafka, so the
+/// process that is assigned the task next continues from them.
+pub(crate) trait Ledger: Send {
+    /// Records batch `plan` before it runs. Fails with [`CheckpointError::Fenced`] if another
+    /// owner has claimed the task since: then nothing of this batch may be delivered.
+    fn plan(&mut self, plan: &Planned) -> Result<(), CheckpointError>;
+    /// Records a committed batch: the state's record of it (`meta`), before the local commit
+    /// (micro-batches) or after it (continuous mode, at-least-once either way).
+    fn commit(&mut self, meta: &[u8]) -> Result<(), CheckpointError>;
 }
 
 impl CheckpointError {
@@ -208,6 +231,30 @@ impl CheckpointDir {
             write_json(&self.dir.join("metadata"), meta, true)?;
         }
         Ok(())
+    }
+
+    /// Removes the state and both logs, keeping the side outputs (a group's task, whose record
+    /// elsewhere is newer: `scale/task.rs`).
+    pub(crate) fn start_over(&self) -> Result<(), CheckpointError> {
+        for sub in ["state", "offsets", "commits"] {
+            let d = self.dir.join(sub);
+            match fs::remove_dir_all(&d) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(&d, e)),
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every plan: a group's task takes its plans from its record, and a plan written
+    /// here but never recorded there was never run (`scale/task.rs`).
+    pub(crate) fn drop_plans(&self) -> Result<(), CheckpointError> {
+        let d = self.dir.join("offsets");
+        match fs::remove_dir_all(&d) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(&d, e)),
+            _ => {}
+        }
+        fs::create_dir_all(&d).map_err(|e| io_err(&d, e))
     }
 
     /// Opens an existing checkpoint without taking it (`weir inspect`; safe while it runs).

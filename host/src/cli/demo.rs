@@ -79,6 +79,7 @@ pub(super) fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicB
         fsync: true,
         flush: Flush::AsConfigured { default: false },
         own_share: true,
+        ledger: None,
     };
     let alerts = Output::Sink(Box::new(Alerts { threshold: args.threshold, out: std::io::stdout() }));
     let result = Stages::wasm(&args.pipeline, runtime, alerts, &stop)

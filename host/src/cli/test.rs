@@ -131,6 +131,7 @@ pub(super) fn test(a: &TestArgs) -> Result<Exit> {
         fsync: true,
         flush: Flush::AsConfigured { default: true },
         own_share: true,
+        ledger: None,
     };
     let runtime = super::run::runtime([&p])?;
     let delivered = ByBatch::default();
@@ -289,6 +290,7 @@ pub(super) fn replay_safety(a: &TestArgs, restarts: u32, seed: Option<u64>) -> R
             fsync: false,
             flush: Flush::AsConfigured { default: true },
             own_share: true,
+            ledger: None,
         };
         let inner = match real {
             true => Some(driver::sink(&p, Output::Pipeline, Some(&runtime), &stop)?),

@@ -122,6 +122,9 @@ impl Run {
                     };
                     let t = Instant::now();
                     self.checkpoint.plan(&plan, &mut self.syncs)?;
+                    if let Some(ledger) = self.ledger.as_mut() {
+                        ledger.plan(&plan)?;
+                    }
                     plan_time = t.elapsed();
                     plan
                 }
@@ -207,6 +210,11 @@ impl Run {
     /// the group offsets.)
     pub(super) fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
         let (meta, committed) = self.records(batch_id, end, report)?;
+        // A group's record first: the local state is then never ahead of it (`scale/task.rs`
+        // relies on that for the side outputs' lengths).
+        if let Some(ledger) = self.ledger.as_mut() {
+            ledger.commit(&meta)?;
+        }
         self.state.commit(&meta, &mut self.syncs)?;
         // Behind the state's sync: the state's record is the truth, and recovery rewrites an
         // entry a crash lost.

@@ -7,6 +7,13 @@
 //! acknowledgements), then the state's write of the position, synced, then the commits log.
 //! Records keep flowing meanwhile; one commit is in flight at a time, and the source hears of
 //! it (for the group offsets) once it is done.
+//!
+//! **Delivery ids never repeat.** With no plan, a delivery re-made after a crash holds other
+//! records than the one first made under its batch id, so a sink that dedupes on the delivery
+//! (the file sink, any idempotent plugin) would drop them. So a run starts its ids
+//! [`ID_GAP`] past the committed next id and records that start before delivering, and it
+//! commits early, whatever the interval, before it has used half the gap after a commit: every
+//! id a crashed run delivered lies below where the next run starts.
 
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
@@ -20,6 +27,11 @@ use crate::kafka::KafkaError;
 use crate::progress::{BatchProgress, Progress};
 use crate::source::{Limit, Offsets, Source, SourceBatch, SourceError};
 
+/// How far past the committed next batch id a continuous run starts its delivery ids (see the
+/// module's opening): far more than the batches of any commit interval, so the early commit
+/// that keeps a run below half of it is never needed in practice.
+const ID_GAP: u64 = 1 << 20;
+
 /// How long one poll waits for the first record before the loop looks at the clock again (and
 /// at a commit in flight).
 const POLL_WAIT: Duration = Duration::from_millis(50);
@@ -31,6 +43,8 @@ struct Committing {
     done: Option<(Offsets, BatchProgress)>,
     /// The state's directory, to name in an error.
     dir: PathBuf,
+    /// The state's record of the commit, for a group's ledger once it is on disk.
+    meta: Vec<u8>,
 }
 
 impl Committing {
@@ -66,6 +80,18 @@ impl Run {
         progress: &mut Progress,
     ) -> Result<bool, RunError> {
         let stop = self.stop.clone();
+        // Reserve the run's ids: the start id, recorded (position unchanged) before any
+        // delivery uses it, so a crash before the first commit still moves the next run past
+        // every id this one used.
+        *batch_id += ID_GAP;
+        let mut reserve = self.start_commit(*batch_id - 1, ingest.source.offsets(), BatchProgress::default())?;
+        let meta = std::mem::take(&mut reserve.meta);
+        reserve.wait()?;
+        if let Some(ledger) = self.ledger.as_mut() {
+            ledger.commit(&meta)?;
+        }
+        // The next id the last commit recorded: ids stay below it plus half the gap.
+        let mut committed_next = *batch_id;
         let mut since = BatchProgress { batch_id: *batch_id, ..Default::default() };
         let mut committing: Option<Committing> = None;
         let mut last_commit = Instant::now();
@@ -106,11 +132,16 @@ impl Run {
             {
                 self.committed(done, ingest, progress)?;
             }
-            if committing.is_none() && (last_commit.elapsed() >= interval || finishing) {
+            let gap_used = *batch_id - committed_next >= ID_GAP / 2;
+            if gap_used && let Some(done) = committing.take() {
+                self.committed(done, ingest, progress)?;
+            }
+            if committing.is_none() && (last_commit.elapsed() >= interval || finishing || gap_used) {
                 if since.input_rows > 0 {
                     let next = BatchProgress { batch_id: *batch_id, ..Default::default() };
                     let at = ingest.source.offsets();
                     committing = Some(self.start_commit(*batch_id - 1, at, std::mem::replace(&mut since, next))?);
+                    committed_next = *batch_id;
                 }
                 last_commit = Instant::now();
             }
@@ -124,6 +155,7 @@ impl Run {
     fn start_commit(&mut self, last: u64, at: Offsets, mut since: BatchProgress) -> Result<Committing, RunError> {
         let barrier = self.sink.barrier();
         let (meta, entry) = self.records(last, at.clone(), &since)?;
+        let recorded = if self.ledger.is_some() { meta.clone() } else { Vec::new() };
         let state = self.state.commit_later(meta);
         let log = self.checkpoint.commit_later(entry);
         let thread = std::thread::Builder::new()
@@ -138,12 +170,21 @@ impl Run {
                 CheckpointError::file(self.checkpoint.state_dir(), format!("cannot start the commit thread: {e}"))
             })?;
         since.batch_id = last;
-        Ok(Committing { thread: Some(thread), done: Some((at, since)), dir: self.checkpoint.state_dir() })
+        Ok(Committing {
+            thread: Some(thread),
+            done: Some((at, since)),
+            dir: self.checkpoint.state_dir(),
+            meta: recorded,
+        })
     }
 
     /// A commit is done: the source hears of it, and so does the progress report.
-    fn committed(&mut self, c: Committing, ingest: &mut Ingest, progress: &mut Progress) -> Result<(), RunError> {
+    fn committed(&mut self, mut c: Committing, ingest: &mut Ingest, progress: &mut Progress) -> Result<(), RunError> {
+        let meta = std::mem::take(&mut c.meta);
         let Some((at, mut since)) = c.wait()? else { return Ok(()) };
+        if let Some(ledger) = self.ledger.as_mut() {
+            ledger.commit(&meta)?;
+        }
         ingest.source.committed(&at);
         since.plugins = self.plugin_metrics();
         progress.batch(&since);

@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Instant;
 
-pub(crate) use recovery::keep_neighbours_clear;
+pub(crate) use recovery::{fingerprint, keep_neighbours_clear};
 pub(crate) use stages::{Output, Stages, chain, sink};
 
-use crate::checkpoint::{CheckpointDir, CheckpointError, Syncs};
+use crate::checkpoint::{CheckpointDir, CheckpointError, Ledger, Syncs};
 use crate::ingest::IngestError;
 use crate::kafka::KafkaError;
 use crate::operator::{Operator, OperatorError};
@@ -77,14 +77,14 @@ impl From<IngestError> for RunError {
 
 impl RunError {
     /// The run was asked to stop (SIGTERM) while waiting: not a failure.
-    fn is_stop(&self) -> bool {
+    pub(crate) fn is_stop(&self) -> bool {
         matches!(
             self,
             RunError::Source(SourceError::Kafka(KafkaError::Stopped))
                 | RunError::Operator(OperatorError::Source(SourceError::Kafka(KafkaError::Stopped)))
                 | RunError::Sink(SinkError::Kafka(KafkaError::Stopped))
                 | RunError::Plugin(PluginError::Stopped { .. })
-        )
+        ) || matches!(self, RunError::Checkpoint(CheckpointError::Ledger { source, .. }) if matches!(**source, KafkaError::Stopped))
     }
 
     /// Whether the error is in what the user wrote or pointed at (a pipeline that cannot start
@@ -128,6 +128,9 @@ pub(crate) struct RunOptions {
     /// others (`plugin/sandbox.rs`); false for a project's flows, which count as one tenant
     /// (the project enters the runtime once for them all).
     pub own_share: bool,
+    /// Where plans and commits are recorded beyond the checkpoint directory: a group's task
+    /// (`scale/ledger.rs`); `None` for a run the directory alone records.
+    pub ledger: Option<Box<dyn Ledger>>,
 }
 
 /// A run in progress: what the batch loops work with.
@@ -158,14 +161,15 @@ struct Run {
     dead: DeadLetters,
     late: Option<LateEvents>,
     runtime: Option<Arc<Runtime>>,
+    ledger: Option<Box<dyn Ledger>>,
 }
 
 /// Runs `pipeline` with `stages` until its input ends (bounded triggers) or `opts.stop` is
 /// raised, and returns the totals.
-pub(crate) fn run(pipeline: &Pipeline, stages: Stages, opts: RunOptions) -> Result<Summary, RunError> {
+pub(crate) fn run(pipeline: &Pipeline, stages: Stages, mut opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
     let _running = stages.runtime.as_ref().filter(|_| opts.own_share).map(|r| r.enter_pipeline());
-    let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &opts)?;
+    let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &mut opts)?;
     let mut progress = opts.progress;
     progress.identify(&run.identity, &opts.checkpoint);
     let mut batch_id = recovered.next_batch;

@@ -37,7 +37,7 @@ pub(super) struct Recovered {
 /// What the checkpoint depends on: the source and the operator (its own
 /// [`Operator::fingerprint`]). A checkpoint written under another fingerprint is refused rather
 /// than silently reinterpreted.
-pub(super) fn fingerprint(p: &Pipeline, operator: &dyn Operator) -> String {
+pub(crate) fn fingerprint(p: &Pipeline, operator: &dyn Operator) -> String {
     format!("source={} window={}", p.source.kind.identity(), operator.fingerprint())
 }
 
@@ -46,7 +46,7 @@ pub(super) fn fingerprint(p: &Pipeline, operator: &dyn Operator) -> String {
 pub(super) fn start(
     pipeline: &Pipeline,
     stages: Stages,
-    opts: &RunOptions,
+    opts: &mut RunOptions,
 ) -> Result<(Run, Ingest, Recovered), RunError> {
     let time = pipeline.stateful.as_ref().map(|s| &s.time);
     let HostFiles { dead: dead_path, late: late_path } = host_files(pipeline, opts);
@@ -107,6 +107,7 @@ pub(super) fn start(
         dead: DeadLetters::new(dead, streams.clone()),
         late: late.map(|l| LateEvents::new(l, streams)),
         runtime,
+        ledger: opts.ledger.take(),
     };
     if restored.is_some() {
         let again = match recovered.reruns.len() {

@@ -94,6 +94,7 @@ fn run_native(p: &Pipeline, checkpoint: &std::path::Path, flush: Flush) -> (Capt
         fsync: false,
         flush,
         own_share: true,
+        ledger: None,
     };
     let summary = run(p, stages, opts).unwrap();
     (rows, summary)

@@ -90,6 +90,7 @@ pub(crate) fn run(p: &Project, runtime: &Arc<Runtime>, opts: FlowOptions) -> Res
             fsync: opts.fsync,
             flush: opts.flush,
             own_share: false,
+            ledger: None,
         };
         let pipeline = fl.pipeline.clone();
         let writes = fl.writes.as_ref().and_then(|w| logs.get(w).cloned());

@@ -191,6 +191,7 @@ impl Supervisor {
             fsync: true,
             flush: Flush::AsConfigured { default: false },
             own_share: true,
+            ledger: None,
         };
         let rc = recent.clone();
         let thread = std::thread::Builder::new().name(format!("pipeline {}", pipeline.name)).spawn(move || {

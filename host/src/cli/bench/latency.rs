@@ -125,6 +125,7 @@ pub(in crate::cli) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> 
                 fsync: true,
                 flush: Flush::AsConfigured { default: false },
                 own_share: true,
+                ledger: None,
             };
             let (p, runtime, stop) = (args.pipeline.clone(), runtime.clone(), stop.clone());
             Some(std::thread::spawn(move || -> Result<()> {

@@ -91,6 +91,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
             fsync,
             flush: Flush::AsConfigured { default: flush },
             own_share: true,
+            ledger: None,
         };
         let summary = driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name));
         if let Some(w) = watcher {
