@@ -55,6 +55,14 @@ pub(super) struct PipelineFile {
     pub(super) dead_letter: Option<DeadLetterFile>,
     #[serde(default)]
     pub(super) failure: FailureFile,
+    /// Many processes share the pipeline through a Kafka consumer group (`scale/`).
+    pub(super) scale: Option<ScaleFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ScaleFile {
+    pub(super) group: String,
 }
 
 /// One expectation: a built-in `rule`, or a transform `plugin` whose dropped rows violate it.

@@ -435,6 +435,9 @@ pub(crate) struct Pipeline {
     pub checkpoint: Option<PathBuf>,
     pub dead_letter: Option<PathBuf>,
     pub failure: FailurePolicy,
+    /// `[scale] group`: the Kafka consumer group whose members share the pipeline's tasks, one
+    /// per input partition (`scale/`); `None`: this process reads every partition.
+    pub group: Option<String>,
 }
 
 impl Pipeline {
@@ -488,6 +491,43 @@ impl Pipeline {
         matches!(self.trigger, Trigger::Once | Trigger::AvailableNow)
             || matches!(self.source.kind, SourceKind::Replay { .. })
             || matches!(&self.source.kind, SourceKind::Dataset(d) if d.bounded)
+    }
+
+    /// The pipeline run as tasks of consumer group `group` (`[scale] group`, `weir run --group`),
+    /// or why it cannot be. Today a group runs stateless pipelines on one Kafka topic, in
+    /// micro-batches or continuously: the tasks of a stateful one would need their state moved
+    /// with them (`docs/scale-out.md`).
+    pub(crate) fn in_group(mut self, group: String) -> Result<Self, String> {
+        if group.is_empty() || !group.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
+            return Err(format!(
+                "`{group}`: a group name is letters, digits, `.`, `_` and `-` (it names Kafka topics), e.g. \
+                 \"orders-alerts\""
+            ));
+        }
+        match &self.source.kind {
+            SourceKind::Kafka(k) if k.topics.len() == 1 && k.partitions.is_none() => {}
+            SourceKind::Kafka(_) => {
+                return Err("a group's tasks are the partitions of one topic: give source.topics one topic and \
+                            no source.partitions"
+                    .into());
+            }
+            _ => return Err("a group shares a Kafka topic's partitions: the source must be type = \"kafka\"".into()),
+        }
+        if self.stateful.is_some() || self.join.is_some() {
+            return Err("a group runs stateless pipelines (parse, transform, sink) for now: remove [window], \
+                        [process], [dedup] or [join], or run without a group"
+                .into());
+        }
+        if matches!(self.trigger, Trigger::Once | Trigger::AvailableNow) {
+            return Err("a group runs until it is stopped: set trigger.mode = \"processing-time\" or \
+                        \"continuous\""
+                .into());
+        }
+        if matches!(self.sink, Some(SinkConfig::Dataset { .. })) {
+            return Err("a project's flows run in one process: a group's sink is Kafka or a plugin".into());
+        }
+        self.group = Some(group);
+        Ok(self)
     }
 
     /// Reads and validates a pipeline file. Relative paths in it resolve against its directory,

@@ -442,3 +442,57 @@ fn a_bad_interval_join_names_the_key_and_the_fix() {
     let e = err(&INTERVAL.replace("type = \"interval\"", "type = \"table\""));
     assert!(e.contains("join.stream") && e.contains("table join"), "{e}");
 }
+
+const GROUPED: &str = r#"
+    name = "alerts"
+    [source]
+    type = "kafka"
+    topics = ["orders"]
+    kafka.bootstrap.servers = "127.0.0.1:9"
+    [parse]
+    plugin = "p.wasm"
+    [sink]
+    plugin = "s.wasm"
+    [scale]
+    group = "orders-alerts"
+"#;
+
+#[test]
+fn a_group_shares_one_topic_of_a_stateless_pipeline() {
+    let p = Pipeline::parse(GROUPED, Path::new("dir/p.toml")).unwrap();
+    assert_eq!(p.group.as_deref(), Some("orders-alerts"));
+    assert!(
+        Pipeline::parse(&GROUPED.replace("[scale]\n    group = \"orders-alerts\"", ""), Path::new("p.toml"))
+            .unwrap()
+            .group
+            .is_none()
+    );
+    let continuous = GROUPED.replace("[parse]", "[trigger]\nmode = \"continuous\"\n[parse]");
+    assert!(Pipeline::parse(&continuous, Path::new("p.toml")).unwrap().group.is_some());
+}
+
+#[test]
+fn a_bad_group_names_the_key_and_the_fix() {
+    let e = err(&GROUPED.replace("orders-alerts", "orders alerts"));
+    assert!(e.contains("scale.group") && e.contains("letters, digits"), "{e}");
+    let e = err(&GROUPED.replace("topics = [\"orders\"]", "topics = [\"orders\", \"returns\"]"));
+    assert!(e.contains("scale.group") && e.contains("one topic"), "{e}");
+    let e = err(&GROUPED.replace("topics = [\"orders\"]", "topics = [\"orders\"]\npartitions = [\"orders:1\"]"));
+    assert!(e.contains("scale.group") && e.contains("no source.partitions"), "{e}");
+    let e = err(&GROUPED.replace("[parse]", "[trigger]\nmode = \"available-now\"\n[parse]"));
+    assert!(e.contains("scale.group") && e.contains("runs until it is stopped"), "{e}");
+    let windowed = GROUPED.replace(
+        "[sink]",
+        "[watermark]\ndelay = \"1 minute\"\n[window]\ntype = \"tumbling\"\nsize = \"1 minute\"\n\
+         [aggregate]\nplugin = \"a.wasm\"\n[sink]",
+    );
+    let e = err(&windowed);
+    assert!(e.contains("scale.group") && e.contains("stateless"), "{e}");
+    let e = err(&GROUPED.replace(
+        "type = \"kafka\"\n    topics = [\"orders\"]\n    kafka.bootstrap.servers = \"127.0.0.1:9\"",
+        "type = \"replay\"\npath = \"e.jsonl\"",
+    ));
+    assert!(e.contains("scale.group") && e.contains("type = \"kafka\""), "{e}");
+    let e = err(&GROUPED.replace("group = \"orders-alerts\"", "group = \"g\"\nmembers = 3"));
+    assert!(e.contains("scale") && e.contains("unknown field `members`"), "{e}");
+}

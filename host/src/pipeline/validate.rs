@@ -452,7 +452,7 @@ fn build(
         Some(s) => Some(sink_config(s, &name, matches!(trigger, Trigger::Continuous { .. }), &stage, invalid)?),
     };
 
-    Ok(Pipeline {
+    let pipeline = Pipeline {
         name: name.clone(),
         source,
         trigger,
@@ -479,7 +479,12 @@ fn build(
                 None => FailurePolicy::default().backoff,
             },
         },
-    })
+        group: None,
+    };
+    match f.scale {
+        None => Ok(pipeline),
+        Some(scale) => pipeline.in_group(scale.group).map_err(|m| invalid("scale.group", m)),
+    }
 }
 
 /// `[source]`, or a source written like it under `key` (`join.table`).
