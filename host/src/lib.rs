@@ -31,6 +31,7 @@ mod plugin;
 mod progress;
 mod project;
 mod retry;
+mod scale;
 mod serve;
 mod side_output;
 mod sink;

@@ -70,6 +70,11 @@ enum Command {
         /// file's `watermark.flush_at_end` says (docs/semantics.md).
         #[arg(long)]
         flush: bool,
+        /// Share the pipeline with every process started with the same group: a Kafka consumer
+        /// group assigns each process its tasks, one per input partition, and moves them when
+        /// processes come and go (as `[scale] group` in the file; docs/scale-out.md).
+        #[arg(long, value_name = "GROUP")]
+        group: Option<String>,
     },
     /// Run a pipeline over recorded events, deterministically, and print the rows that reach
     /// its sink as JSON lines. A project: --events FLOW=FILE for each flow with a source of its
@@ -198,7 +203,10 @@ enum Command {
     #[command(flatten)]
     Remote(client::Remote),
     /// Show what a checkpoint directory holds: batches, offsets per partition, watermark, state.
+    /// Given a pipeline file with `[scale] group`: the group's members, the tasks each holds,
+    /// and each task's epoch, offset, lag and watermark, read from Kafka.
     Inspect {
+        #[arg(value_name = "CHECKPOINT|PIPELINE.toml")]
         checkpoint: PathBuf,
         /// How many recent batches to list.
         #[arg(long, default_value_t = 10)]
@@ -343,13 +351,13 @@ fn init_logging(serve: bool) {
 fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
     match command {
         Command::Remote(r) => client::run(service, r),
-        Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush, full_refresh } => {
+        Command::Run { pipelines, checkpoint, progress_json, metrics_addr, flush, full_refresh, group } => {
             match pipelines.as_slice() {
                 [one] if crate::project::Project::file_at(one).is_some() => {
-                    if checkpoint.is_some() || metrics_addr.is_some() {
+                    if checkpoint.is_some() || metrics_addr.is_some() || group.is_some() {
                         return Err(exit::Usage(
-                            "--checkpoint and --metrics-addr are for pipelines; a project keeps its flows' \
-                             checkpoints under its state directory"
+                            "--checkpoint, --metrics-addr and --group are for pipelines; a project keeps its \
+                             flows' checkpoints under its state directory"
                                 .into(),
                         )
                         .into());
@@ -363,7 +371,7 @@ fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
                 _ if !full_refresh.is_empty() => {
                     Err(exit::Usage("--full-refresh resets a project's datasets: give it a project".into()).into())
                 }
-                _ => run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush),
+                _ => run::run_all(&pipelines, checkpoint, progress_json, metrics_addr.as_deref(), flush, group),
             }
         }
         Command::Validate { project } => project::validate(&project),
@@ -471,6 +479,23 @@ fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
                 l.p99 as f64 / 1e3,
                 l.max as f64 / 1e3
             );
+            Ok(Exit::Done)
+        }
+        Command::Inspect { checkpoint, json, .. } if checkpoint.is_file() => {
+            // A pipeline file: the group that runs it (`docs/scale-out.md`).
+            let p = run::load(&checkpoint)?;
+            if p.group.is_none() {
+                return Err(exit::Usage(format!(
+                    "{}: a pipeline file is inspected for its [scale] group, and it has none: give its \
+                     checkpoint directory instead",
+                    checkpoint.display()
+                ))
+                .into());
+            }
+            if json {
+                return Err(exit::Usage("--json is for a checkpoint directory, not a group".into()).into());
+            }
+            print!("{}", crate::scale::inspect(&p)?);
             Ok(Exit::Done)
         }
         Command::Inspect { checkpoint, json: true, .. } => {

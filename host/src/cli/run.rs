@@ -23,6 +23,7 @@ pub(super) fn run_all(
     progress_json: bool,
     metrics: Option<&str>,
     flush: bool,
+    group: Option<String>,
 ) -> Result<Exit> {
     let mut files = Vec::new();
     for p in paths {
@@ -48,7 +49,13 @@ pub(super) fn run_all(
         )
         .into());
     }
-    let pipelines = files.iter().map(|f| load(f).map(|p| (p, f.clone()))).collect::<Result<Vec<_>>>()?;
+    let mut pipelines = files.iter().map(|f| load(f).map(|p| (p, f.clone()))).collect::<Result<Vec<_>>>()?;
+    if let Some(group) = group {
+        let [(p, file)] = pipelines.as_mut_slice() else {
+            return Err(Usage("--group shares one pipeline: give it a single pipeline file".into()).into());
+        };
+        *p = p.clone().in_group(group).map_err(|m| Usage(format!("{}: --group: {m}", file.display())))?;
+    }
     let mut names = std::collections::HashSet::new();
     for (p, f) in &pipelines {
         if !names.insert(p.name.clone()) {
@@ -78,6 +85,7 @@ pub(super) fn run_all(
                 fsync: true,
                 flush: if flush { Flush::Always } else { Flush::AsConfigured { default: false } },
                 own_share: true,
+                ledger: None,
             };
             (p, opts)
         })
@@ -89,7 +97,10 @@ pub(super) fn run_all(
         .map(|(p, opts)| {
             let (runtime, stop) = (runtime.clone(), stop.clone());
             let thread = std::thread::Builder::new().name(format!("pipeline {}", p.name)).spawn(move || {
-                let ran = Stages::wasm(&p, &runtime, Output::Pipeline, &stop).and_then(|s| driver::run(&p, s, opts));
+                let ran = match p.group {
+                    Some(_) => crate::scale::run(&p, runtime, opts.checkpoint, progress_json, stop),
+                    None => Stages::wasm(&p, &runtime, Output::Pipeline, &stop).and_then(|s| driver::run(&p, s, opts)),
+                };
                 match ran {
                     Ok(summary) => {
                         eprintln!("[{}] {}", p.name, summary.render());
