@@ -155,9 +155,9 @@ fn make_local(dir: &Path, meta: &Metadata, record: &Fold) -> Result<(bool, Strin
     Ok((kept, side))
 }
 
-/// The id of the local directory's side-output files (`side-id` in it), made at first use.
-/// A file a crash left unreadable is made again: a new id only makes the next rebuild trust
-/// the local lengths, which is safe.
+/// The id of the local directory's side-output files (`side-id` in it), made at first use and
+/// written whole (`own_files::replace`); one unreadable all the same is made again: a new id
+/// only makes the next rebuild trust the local lengths, which is safe.
 fn side_id(dir: &Path) -> Result<String, RunError> {
     let path = dir.join(SIDE_ID);
     if let Ok(text) = std::fs::read_to_string(&path)
@@ -166,11 +166,8 @@ fn side_id(dir: &Path) -> Result<String, RunError> {
         return Ok(text.trim().to_string());
     }
     let id = uuid::Uuid::now_v7().to_string();
-    let written = std::fs::File::create(&path).and_then(|mut f| {
-        std::io::Write::write_all(&mut f, id.as_bytes())?;
-        f.sync_all()
-    });
-    written.map_err(|e| CheckpointError::file(&path, format!("cannot write: {e}")))?;
+    crate::own_files::replace(&path, id.as_bytes(), true)
+        .map_err(|e| CheckpointError::file(&path, format!("cannot write: {e}")))?;
     Ok(id)
 }
 
