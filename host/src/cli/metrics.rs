@@ -1,5 +1,5 @@
-//! `weir run --metrics-addr HOST:PORT`: the process's plugin metrics for Prometheus at
-//! `/metrics`, in the OpenMetrics text format (prometheus-client encodes it). Served by axum on a
+//! `weir run --metrics-addr HOST:PORT`: the process's plugin metrics (and, in a group, its
+//! tasks') for Prometheus at `/metrics`, in the OpenMetrics text format (prometheus-client encodes it). Served by axum on a
 //! small Tokio runtime of its own, so connections are handled concurrently and an idle or slow
 //! client never holds up a scrape; a scrape reads atomics and never waits on a pipeline.
 
@@ -15,6 +15,7 @@ use prometheus_client::registry::Registry;
 
 use super::exit::Usage;
 use crate::plugin::Runtime;
+use crate::scale::Rollup;
 
 /// Threads serving metrics: scrapes are rare and cheap.
 const WORKERS: usize = 1;
@@ -22,8 +23,9 @@ const WORKERS: usize = 1;
 /// The content type of the OpenMetrics text format.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// Starts serving; returns the address actually bound (port 0 picks one).
-pub(super) fn serve(addr: &str, runtime: Arc<Runtime>) -> Result<SocketAddr> {
+/// Starts serving the plugins' metrics and, for each pipeline run in a group, its tasks'
+/// (`tasks`); returns the address actually bound (port 0 picks one).
+pub(super) fn serve(addr: &str, runtime: Arc<Runtime>, tasks: Vec<Arc<Rollup>>) -> Result<SocketAddr> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(WORKERS)
         .thread_name("weir-metrics")
@@ -36,6 +38,9 @@ pub(super) fn serve(addr: &str, runtime: Arc<Runtime>) -> Result<SocketAddr> {
     let bound = listener.local_addr()?;
     let mut registry = Registry::default();
     registry.register_collector(Box::new(runtime.metrics_collector()));
+    for t in tasks {
+        registry.register_collector(Box::new(t));
+    }
     let registry = Arc::new(registry);
     let app = Router::new().route("/metrics", get(move || scrape(registry.clone())));
     std::thread::Builder::new().name("weir-metrics".into()).spawn(move || {

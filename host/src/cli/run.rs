@@ -68,10 +68,6 @@ pub(super) fn run_all(
         }
     }
     let runtime = runtime(pipelines.iter().map(|(p, _)| p))?;
-    if let Some(addr) = metrics {
-        let bound = super::metrics::serve(addr, runtime.clone())?;
-        eprintln!("metrics at http://{bound}/metrics");
-    }
     let stop = stop_on_signals()?;
     let runs: Vec<(Pipeline, RunOptions)> = pipelines
         .into_iter()
@@ -92,13 +88,21 @@ pub(super) fn run_all(
         .collect();
     driver::keep_neighbours_clear(&runs.iter().map(|(p, o)| (p, o)).collect::<Vec<_>>())
         .context("pipelines side by side")?;
+    // A pipeline run in a group: its tasks' progress, rolled up and served as metrics.
+    let rollups: Vec<Option<Arc<crate::scale::Rollup>>> =
+        runs.iter().map(|(p, _)| p.group.as_ref().map(|_| Arc::new(crate::scale::Rollup::new(&p.name)))).collect();
+    if let Some(addr) = metrics {
+        let bound = super::metrics::serve(addr, runtime.clone(), rollups.iter().flatten().cloned().collect())?;
+        eprintln!("metrics at http://{bound}/metrics");
+    }
     let threads: Vec<_> = runs
         .into_iter()
-        .map(|(p, opts)| {
+        .zip(rollups)
+        .map(|((p, opts), rollup)| {
             let (runtime, stop) = (runtime.clone(), stop.clone());
             let thread = std::thread::Builder::new().name(format!("pipeline {}", p.name)).spawn(move || {
-                let ran = match p.group {
-                    Some(_) => crate::scale::run(&p, runtime, opts.checkpoint, progress_json, stop),
+                let ran = match rollup {
+                    Some(rollup) => crate::scale::run(&p, runtime, opts.checkpoint, progress_json, stop, rollup),
                     None => Stages::wasm(&p, &runtime, Output::Pipeline, &stop).and_then(|s| driver::run(&p, s, opts)),
                 };
                 match ran {

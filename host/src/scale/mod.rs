@@ -39,10 +39,11 @@ use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, connection_options, 
 use crate::pipeline::{Pipeline, SourceKind};
 use crate::plugin::Runtime;
 use crate::progress::Summary;
-use rollup::{ROLLUP_EVERY, Rollup};
+use rollup::ROLLUP_EVERY;
 use task::TaskContext;
 
 pub(crate) use inspect::group as inspect;
+pub(crate) use rollup::Rollup;
 
 /// How often the membership consumer is polled: its rebalance callbacks run in the poll.
 const POLL: Duration = Duration::from_millis(100);
@@ -182,13 +183,15 @@ fn ended(done: &Mutex<Totals>, topic: &str, partition: i32, r: std::thread::Resu
 }
 
 /// Runs this process's share of `pipeline`'s group until `stop` is raised or a task fails;
-/// returns the totals of the tasks it ran.
+/// returns the totals of the tasks it ran. Their progress is folded into `rollup` (made with
+/// the pipeline's name), which the caller may also serve as metrics.
 pub(crate) fn run(
     pipeline: &Pipeline,
     runtime: Arc<Runtime>,
     checkpoint: PathBuf,
     progress_json: bool,
     stop: Arc<AtomicBool>,
+    rollup: Arc<Rollup>,
 ) -> Result<Summary, RunError> {
     let started = Instant::now();
     let (Some(group), SourceKind::Kafka(source)) = (pipeline.group.clone(), &pipeline.source.kind) else {
@@ -225,7 +228,7 @@ pub(crate) fn run(
         ledger_topic: ledger,
         owner,
         progress_json,
-        rollup: Arc::new(Rollup::default()),
+        rollup,
     });
     let report = |always| cx.rollup.report(&pipeline.name, &group, &cx.owner, progress_json, always);
     let mut reported = Instant::now();

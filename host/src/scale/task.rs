@@ -74,7 +74,9 @@ pub(super) fn run(cx: &TaskContext, topic: &str, partition: i32, stop: Arc<Atomi
         own_share: true,
         ledger: Some(Box::new(ledger)),
     };
-    driver::run(&pipeline, stages, opts)
+    let ran = driver::run(&pipeline, stages, opts);
+    cx.rollup.release(&task);
+    ran
 }
 
 /// The pipeline restricted to one partition. Its Kafka sink's transactions (where the broker
