@@ -9,7 +9,7 @@
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -28,6 +28,10 @@ pub fn tansu_bin() -> PathBuf {
     assert!(p.exists(), "{} is missing: `cargo xtask test` installs it (or set WEIR_TANSU)", p.display());
     p
 }
+
+/// What tansu logs unless `WEIR_TEST_TANSU_LOG` says otherwise (its `RUST_LOG`): warnings, and
+/// its group coordinator's decisions.
+const TANSU_LOG: &str = "warn,tansu_broker::coordinator::group::administrator=info";
 
 /// A tansu broker on a free loopback port, its data in `dir`.
 pub struct Tansu {
@@ -59,7 +63,9 @@ impl Tansu {
             .args(["broker", "--listener-url", &self.url(), "--advertised-listener-url", &self.url()])
             .args(["--storage-engine", "sqlite://tansu.db"])
             .current_dir(&self.dir)
-            .stdout(Stdio::null())
+            // The coordinator's info lines (joins, evictions) are what `wait_log` watches for.
+            .env("RUST_LOG", std::env::var("WEIR_TEST_TANSU_LOG").unwrap_or(TANSU_LOG.into()))
+            .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()
             .expect("cannot start tansu");
@@ -73,6 +79,19 @@ impl Tansu {
         let deadline = Instant::now() + Duration::from_secs(60);
         while consumer.fetch_metadata(None, Duration::from_secs(1)).is_err() {
             assert!(Instant::now() < deadline, "tansu did not come up; see {}", self.dir.join("tansu.log").display());
+        }
+    }
+
+    /// Waits until the broker's log has a line that `matches`; panics after `patience`.
+    pub fn wait_log(&self, matches: impl Fn(&str) -> bool, patience: Duration) {
+        let deadline = Instant::now() + patience;
+        loop {
+            let log = std::fs::read(self.dir.join("tansu.log")).unwrap_or_default();
+            if String::from_utf8_lossy(&log).lines().any(&matches) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "tansu never logged it; see {}", self.dir.join("tansu.log").display());
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 
