@@ -7,9 +7,15 @@
 //!
 //! Both call the aggregator once per batch for all groups, never per event or per window, and
 //! never copy a row to group it.
+//!
+//! A group (`scale/`) cuts the aggregation in two stages around a shuffle: `partials.rs` folds
+//! each input task's batch into partial accumulators, and the same window operators, over
+//! `merged.rs`, merge them into the windows ([`merging`]).
 
 mod emit;
+mod merged;
 mod panes;
+mod partials;
 mod session_log;
 mod sessions;
 
@@ -35,6 +41,25 @@ pub(crate) fn operator(
             Box::new(panes::PaneOperator::new(panes, lateness, w.output, agg, policy).with_tombstones(w.tombstones))
         }
         WindowSpec::Session { gap } => Box::new(sessions::SessionOperator::new(gap, lateness, w.output, agg, policy)),
+    }
+}
+
+/// Stage 1 of a group's aggregation: each batch's partial accumulators, per (pane, key) or
+/// (session, key), out as rows for the shuffle (`partials.rs`).
+pub(crate) fn partials(w: &Windowed, agg: Box<dyn AggregateFns>) -> Box<dyn Operator> {
+    Box::new(partials::Partials::new(w.window, agg))
+}
+
+/// Stage 2 of a group's aggregation: [`operator`] over partials, which it merges into its
+/// windows with the aggregator's `merge` (`merged.rs`); everything else as in one process.
+pub(crate) fn merging(w: &Windowed, time: &EventTime, agg: Box<dyn AggregateFns>, policy: Policy) -> Box<dyn Operator> {
+    let agg = Box::new(merged::Merged(agg));
+    let lateness = time.allowed_lateness_ms;
+    match w.window {
+        WindowSpec::Panes { .. } => operator(w, time, agg, policy),
+        WindowSpec::Session { gap } => {
+            Box::new(sessions::SessionOperator::new(gap, lateness, w.output, agg, policy).over_partials())
+        }
     }
 }
 

@@ -88,6 +88,9 @@ pub(super) struct SessionOperator {
     log: Log,
     /// The least the log grows to before it is rewritten.
     rewrite_min: usize,
+    /// Stage 2 of a group (`merged.rs`): each event is a partial session whose row holds its
+    /// end, rather than one event opening `[t, t + gap)`.
+    over_partials: bool,
 }
 
 /// The log's entries in the store: sequence numbers `first..next`, of `bytes` in all.
@@ -127,6 +130,24 @@ impl SessionOperator {
             live_bytes: 0,
             log: Log::default(),
             rewrite_min: session_log::REWRITE_MIN_BYTES,
+            over_partials: false,
+        }
+    }
+
+    /// Over a group's partial sessions (stage 2): each event's row holds its session's end.
+    pub(super) fn over_partials(mut self) -> Self {
+        self.over_partials = true;
+        self
+    }
+
+    /// Where event `i`'s session ends: `t + gap`, or the end its partial carries; `None` when
+    /// that falls outside the timeline (or a partial's row is too short to say).
+    fn end_of(&self, events: &EventBatch, i: usize, t: i64) -> Option<i64> {
+        if self.over_partials {
+            let row = columns::item(&events.rows, &events.row_ends, i);
+            crate::scale::shuffle::split_row(row).map(|(end, _)| end).filter(|&end| end > t)
+        } else {
+            t.checked_add(self.gap)
         }
     }
 
@@ -283,9 +304,9 @@ impl Operator for SessionOperator {
         // One sort groups the batch: by a hash of the key first (groups need not be in key
         // order, and two words compare where two keys would need `memcmp`), then the key, a
         // key's events by time, ties in input order.
-        let mut keyed: Vec<(u64, &[u8], i64, u32)> = Vec::with_capacity(events.times.len());
+        let mut keyed: Vec<(u64, &[u8], i64, i64, u32)> = Vec::with_capacity(events.times.len());
         for (i, &t) in events.times.iter().enumerate() {
-            let Some(end) = t.checked_add(self.gap) else {
+            let Some(end) = self.end_of(events, i, t) else {
                 let why = format!("event time {t}: its session would end outside the timeline");
                 set_aside.invalid.push((i as u32, why));
                 continue;
@@ -294,7 +315,7 @@ impl Operator for SessionOperator {
                 set_aside.late.push(i as u32);
             } else {
                 let key = columns::item(&events.keys, &events.key_ends, i);
-                keyed.push((rustc_hash::FxBuildHasher.hash_one(key), key, t, i as u32));
+                keyed.push((rustc_hash::FxBuildHasher.hash_one(key), key, t, end, i as u32));
             }
         }
         keyed.sort_unstable();
@@ -308,9 +329,9 @@ impl Operator for SessionOperator {
             // Intervals: open sessions first (ids < open.len()), then one per event.
             let mut ivs: Vec<Interval> = Vec::with_capacity(open.len() + evs.len());
             ivs.extend(open.iter().enumerate().map(|(id, o)| Interval { start: o.start, end: o.end, id }));
-            for (j, &(_, _, t, _)) in evs.iter().enumerate() {
+            for (j, &(_, _, t, end, _)) in evs.iter().enumerate() {
                 // Fits: events whose session would not were set aside above.
-                ivs.push(Interval { start: t, end: t.saturating_add(self.gap), id: open.len() + j });
+                ivs.push(Interval { start: t, end, id: open.len() + j });
             }
             ivs.sort_by_key(|iv| (iv.start, iv.id));
             for (start, end, ids) in merge_sessions(&ivs) {
@@ -332,7 +353,7 @@ impl Operator for SessionOperator {
                             s.starts.push(o.start);
                             s.accs.push(o.acc.clone());
                         }
-                        None => s.events.push(evs[id - open.len()].3),
+                        None => s.events.push(evs[id - open.len()].4),
                     }
                 }
                 sessions.push(s);

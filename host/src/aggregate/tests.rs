@@ -359,3 +359,97 @@ fn sessions_reopened_from_their_log_after_every_batch_emit_what_one_run_emits() 
     assert!(log.len() < 20, "{} entries: rewritten, not only appended", log.len());
     assert!(log[0].0 > b"g\0\0\0\0\0\0\0\x01".to_vec(), "the oldest entries were deleted by a rewrite");
 }
+
+/// Stage 1's partials of `evs` (one lane's batch) as stage 2's events: each partial at its
+/// start, under its key, its row the end and accumulator. The batch's closing row (its largest
+/// event time) is no event.
+fn partials_of(window: crate::window::WindowSpec, evs: &[(i64, &str)]) -> (EventBatch, i64) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = StateStore::open(dir.path()).unwrap();
+    let mut op = partials::Partials::new(window, Box::new(Count));
+    let mut out = Rows::default();
+    op.process(&events(evs), NONE, &mut state, &mut out).unwrap();
+    op.advance(NONE, NONE, &mut state, &mut out).unwrap();
+    let mut b = EventBatch::default();
+    let mut max = NONE;
+    let keys = columns::items(&out.keys, &out.key_ends);
+    for ((key, row), &t) in keys.zip(columns::items(&out.rows, &out.row_ends)).zip(&out.times) {
+        if row.is_empty() {
+            max = t;
+            continue;
+        }
+        b.times.push(t);
+        columns::push(&mut b.keys, &mut b.key_ends, key).unwrap();
+        columns::push(&mut b.rows, &mut b.row_ends, row).unwrap();
+        b.origins.push(b.origins.len() as u32);
+    }
+    (b, max)
+}
+
+proptest::proptest! {
+    /// Two stages equal one: events cut into batches of several lanes, each batch folded into
+    /// partials and the partials merged in any order, emit the windows (tumbling, sliding,
+    /// sessions) that one operator emits over the same events.
+    #[test]
+    fn partials_merged_in_any_order_emit_what_one_operator_emits(
+        evs in proptest::collection::vec((0i64..400, 0usize..4), 1..120),
+        cuts in proptest::collection::vec(0usize..120, 0..6),
+        order in proptest::sample::subsequence((0usize..12).collect::<Vec<_>>(), 0..12),
+        kind in 0usize..3,
+    ) {
+        let keys = ["a", "b", "", "user-7"];
+        let evs: Vec<(i64, &str)> = evs.iter().map(|&(t, k)| (t, keys[k])).collect();
+        let (window, one, two): (crate::window::WindowSpec, Make, Make) = match kind {
+            0 => (
+                crate::window::WindowSpec::sliding(50, 50, 0),
+                panes(50, 50),
+                Box::new(|l, m| Box::new(panes::PaneOperator::new(Panes { size: 50, slide: 50, offset: 0 }, l, m,
+                    Box::new(merged::Merged(Box::new(Count))), policy()))),
+            ),
+            1 => (
+                crate::window::WindowSpec::sliding(100, 25, 0),
+                panes(100, 25),
+                Box::new(|l, m| Box::new(panes::PaneOperator::new(Panes { size: 100, slide: 25, offset: 0 }, l, m,
+                    Box::new(merged::Merged(Box::new(Count))), policy()))),
+            ),
+            _ => (
+                crate::window::WindowSpec::Session { gap: 15 },
+                sessions(15),
+                Box::new(|l, m| Box::new(sessions::SessionOperator::new(15, l, m,
+                    Box::new(merged::Merged(Box::new(Count))), policy()).over_partials())),
+            ),
+        };
+        let mut single = Harness::new(one(0, OutputMode::Append));
+        single.batch(&evs, NONE);
+        let (_, mut want) = single.batch(&[], i64::MAX);
+        // Batches: the events cut where `cuts` says, each batch a lane's.
+        let mut bounds: Vec<usize> = cuts.into_iter().map(|c| c % evs.len()).collect();
+        bounds.extend([0, evs.len()]);
+        bounds.sort_unstable();
+        bounds.dedup();
+        let mut batches: Vec<EventBatch> =
+            bounds.windows(2).map(|w| partials_of(window, &evs[w[0]..w[1]]).0).collect();
+        // Stage 2 takes them in another order.
+        let n = batches.len();
+        for &i in order.iter().filter(|&&i| i < n) {
+            let b = batches.remove(i % batches.len());
+            batches.push(b);
+        }
+        let mut merged = Harness::new(two(0, OutputMode::Append));
+        for b in &batches {
+            let mut out = Rows::default();
+            let set_aside = merged.op.process(b, NONE, &mut merged.state, &mut out).unwrap();
+            proptest::prop_assert!(set_aside.late.is_empty() && set_aside.invalid.is_empty());
+        }
+        let (_, mut got) = merged.batch(&[], i64::MAX);
+        want.sort();
+        got.sort();
+        proptest::prop_assert_eq!(got, want);
+    }
+}
+
+#[test]
+fn a_batch_s_partials_carry_its_largest_event_time() {
+    let (_, max) = partials_of(crate::window::WindowSpec::sliding(50, 50, 0), &[(7, "a"), (90, "b"), (3, "a")]);
+    assert_eq!(max, 90);
+}
