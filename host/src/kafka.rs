@@ -1,16 +1,21 @@
 //! The Kafka client settings and error handling that the Kafka source (`source/kafka/`), the
 //! Kafka sink (`sink/kafka.rs`) and `weir record` share: one place that builds a librdkafka
-//! configuration from a pipeline's `kafka.*` options, and one retry loop for broker calls.
+//! configuration from a pipeline's `kafka.*` options, and one retry loop for broker calls; and
+//! [`AckedProducer`], which a group's shuffle and changelog write through.
 //!
 //! A broker that cannot be reached is retried with backoff and a log line per attempt, as long
 //! as it takes; a stop request (SIGTERM) ends the wait. Errors that retrying cannot fix (a topic
 //! that does not exist, an authorisation failure, a bad option) fail at once.
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::ClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::KafkaError as RdError;
+use rdkafka::message::DeliveryResult;
+use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::types::RDKafkaErrorCode;
 
 use crate::retry::{GaveUp, Retry};
@@ -57,12 +62,15 @@ pub(crate) fn client_config(defaults: &[(&str, &str)], options: &[(String, Strin
     c
 }
 
-/// The options that say how to reach the brokers (address, TLS, SASL), without the rest: what a
-/// helper client (the sink's start-up scan) needs of a pipeline's options.
+/// The options that say how to reach the brokers (address, TLS, SASL), and `debug` (what the
+/// client logs), without the rest: what a helper client (the sink's start-up scan, a group's
+/// records) needs of a pipeline's options.
 pub(crate) fn connection_options(options: &[(String, String)]) -> Vec<(String, String)> {
     options
         .iter()
-        .filter(|(k, _)| k == "bootstrap.servers" || ["security.", "sasl.", "ssl."].iter().any(|p| k.starts_with(p)))
+        .filter(|(k, _)| {
+            k == "bootstrap.servers" || k == "debug" || ["security.", "sasl.", "ssl."].iter().any(|p| k.starts_with(p))
+        })
         .cloned()
         .collect()
 }
@@ -91,4 +99,101 @@ fn retriable(e: &RdError) -> bool {
                 | RDKafkaErrorCode::InvalidConfig
         )
     )
+}
+
+/// A message for [`AckedProducer::write_all`]: its partition, key and value (`None`: a
+/// tombstone).
+pub(crate) struct Outgoing<'a> {
+    pub partition: i32,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// Failed deliveries since the last write, and the first one's error.
+#[derive(Default)]
+struct Failures {
+    failed: AtomicU64,
+    first: Mutex<Option<String>>,
+}
+
+impl ClientContext for Failures {}
+
+impl ProducerContext for Failures {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        if let Err((e, _)) = result {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            if let Ok(mut first) = self.first.lock() {
+                first.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+/// An idempotent producer (acks from every in-sync replica) that writes a set of messages and
+/// returns once the broker has every one of them; if any failed, it writes the whole set again.
+/// For writes that a reader dedupes or that land on keys (a group's shuffle and changelog), so
+/// a second copy is harmless and a missing one is not.
+pub(crate) struct AckedProducer {
+    producer: BaseProducer<Failures>,
+    stop: Arc<AtomicBool>,
+}
+
+impl AckedProducer {
+    /// A producer over the connection `options` of a pipeline's source.
+    pub(crate) fn new(options: &[(String, String)], stop: Arc<AtomicBool>) -> Result<Self, KafkaError> {
+        let defaults =
+            [("enable.idempotence", "true"), ("acks", "all"), ("linger.ms", "1"), ("compression.type", "lz4")];
+        let producer = client_config(&defaults, &connection_options(options))
+            .create_with_context(Failures::default())
+            .map_err(KafkaError::Config)?;
+        Ok(Self { producer, stop })
+    }
+
+    /// Writes `messages` to `topic` and waits until every one is acknowledged (`what` names the
+    /// write in logs and errors).
+    pub(crate) fn write_all(&self, topic: &str, messages: &[Outgoing], what: &str) -> Result<(), KafkaError> {
+        loop {
+            let ctx = self.producer.context();
+            ctx.failed.store(0, Ordering::Relaxed);
+            for m in messages {
+                let mut record = BaseRecord::<[u8], [u8]>::to(topic).partition(m.partition);
+                if let Some(k) = m.key {
+                    record = record.key(k);
+                }
+                if let Some(v) = m.value {
+                    record = record.payload(v);
+                }
+                let mut record = Some(record);
+                while let Some(r) = record.take() {
+                    match self.producer.send(r) {
+                        Ok(()) => {}
+                        Err((RdError::MessageProduction(RDKafkaErrorCode::QueueFull), r)) => {
+                            self.producer.poll(Duration::from_millis(10));
+                            if self.stop.load(Ordering::Relaxed) {
+                                return Err(KafkaError::Stopped);
+                            }
+                            record = Some(r);
+                        }
+                        Err((e, _)) => return Err(KafkaError::Call { what: what.to_string(), source: e }),
+                    }
+                }
+            }
+            with_retry(&self.stop, what, || self.producer.flush(FLUSH_TIMEOUT))?;
+            let failed = ctx.failed.load(Ordering::Relaxed);
+            if failed == 0 {
+                return Ok(());
+            }
+            let first = ctx.first.lock().ok().and_then(|mut f| f.take()).unwrap_or_default();
+            tracing::warn!(
+                "kafka: {what}: {failed} of {} messages failed ({first}); writing them all again",
+                messages.len()
+            );
+            if self.stop.load(Ordering::Relaxed) {
+                return Err(KafkaError::Stopped);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

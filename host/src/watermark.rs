@@ -10,6 +10,11 @@
 //! Idleness is the one input that depends on the wall clock, so it is decided when a batch is
 //! planned ([`Watermark::idle`]) and recorded in the offsets log with the batch; a batch re-run
 //! after a crash replays that decision instead of consulting the clock again.
+//!
+//! A partition that has delivered no event time yet does not count, except an *expected* one
+//! ([`Watermark::expect`]): a group's stage-2 task knows every stage-1 task it will hear from,
+//! and waits for each until it has an event time or is idle, since one that has not written yet
+//! may hold the earliest events.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -35,6 +40,8 @@ pub(crate) struct Watermark {
     delay_ms: i64,
     idle_timeout: Option<Duration>,
     partitions: BTreeMap<PartitionId, Partition>,
+    /// Partitions that hold the watermark until they have an event time or are idle.
+    expected: Vec<PartitionId>,
     current: i64,
 }
 
@@ -47,7 +54,16 @@ pub(crate) struct Saved {
 
 impl Watermark {
     pub(crate) fn new(delay_ms: i64, idle_timeout: Option<Duration>) -> Self {
-        Self { delay_ms, idle_timeout, partitions: BTreeMap::new(), current: NONE }
+        Self { delay_ms, idle_timeout, partitions: BTreeMap::new(), expected: Vec::new(), current: NONE }
+    }
+
+    /// Waits for `partitions` (each until it has an event time or is idle, counting from `now`
+    /// for one never heard from).
+    pub(crate) fn expect(&mut self, partitions: &[PartitionId], now: Instant) {
+        for &id in partitions {
+            self.partitions.entry(id).or_insert(Partition { max_event_time: NONE, last_active: now, fresh: false });
+        }
+        self.expected = partitions.to_vec();
     }
 
     pub(crate) fn current(&self) -> i64 {
@@ -80,13 +96,16 @@ impl Watermark {
     /// Moves the watermark at the end of a batch and returns it. `idle` is what [`Self::idle`]
     /// said when the batch was planned; a partition that delivered records since is not idle.
     pub(crate) fn advance(&mut self, idle: &[PartitionId]) -> i64 {
+        let waiting = self.expected.iter().any(|id| {
+            self.partitions.get(id).is_some_and(|p| p.max_event_time == NONE && (p.fresh || !idle.contains(id)))
+        });
         let candidate = self
             .partitions
             .iter()
             .filter(|(id, p)| p.max_event_time != NONE && (p.fresh || !idle.contains(id)))
             .map(|(_, p)| p.max_event_time.saturating_sub(self.delay_ms))
             .min();
-        if let Some(c) = candidate {
+        if let Some(c) = candidate.filter(|_| !waiting) {
             self.current = self.current.max(c);
         }
         for p in self.partitions.values_mut() {
@@ -161,6 +180,22 @@ mod tests {
         w.observe((0, 0), NONE, now);
         w.observe((0, 1), 500, now);
         assert_eq!(w.advance(&[]), 500);
+    }
+
+    #[test]
+    fn expected_partitions_hold_it_until_they_have_a_time_or_are_idle() {
+        let t0 = Instant::now();
+        let mut w = Watermark::new(0, Some(Duration::from_secs(5)));
+        w.expect(&[(1, 0), (2, 0)], t0);
+        w.observe((1, 0), 1_000, t0);
+        assert_eq!(w.advance(&w.idle(t0)), NONE, "(2, 0) has not been heard from");
+        w.observe((2, 0), NONE, t0);
+        assert_eq!(w.advance(&w.idle(t0)), NONE, "heard from, but without an event time yet");
+        let later = t0 + Duration::from_secs(6);
+        w.observe((1, 0), 2_000, later);
+        assert_eq!(w.advance(&w.idle(later)), 2_000, "(2, 0) idle: it stops holding the watermark");
+        w.observe((2, 0), 1_500, later);
+        assert_eq!(w.advance(&[]), 2_000, "and it never moves back");
     }
 
     #[test]

@@ -143,6 +143,11 @@ fn offsets(o: &Offsets) -> String {
             partitions.iter().map(|t| format!("{}/{}@{}", t.topic, t.partition, t.offset)).collect::<Vec<_>>().join(" ")
         }
         Offsets::Log { next } => format!("offset {next}"),
+        Offsets::Repartition { partitions, lanes } => {
+            let at = offsets(&Offsets::Kafka { partitions: partitions.clone() });
+            let taken: Vec<String> = lanes.iter().map(|s| format!("{}:{}.{}", s.lane, s.batch, s.next_part)).collect();
+            format!("{at} (last batch and part taken per input partition: {})", taken.join(" "))
+        }
     }
 }
 

@@ -213,7 +213,7 @@ impl Run {
         // A group's record first: the local state is then never ahead of it (`scale/task.rs`
         // relies on that for the side outputs' lengths).
         if let Some(ledger) = self.ledger.as_mut() {
-            ledger.commit(&meta)?;
+            ledger.commit(&meta, &self.state)?;
         }
         self.state.commit(&meta, &mut self.syncs)?;
         // Behind the state's sync: the state's record is the truth, and recovery rewrites an
@@ -345,6 +345,11 @@ impl Run {
             let mut maxes: std::collections::BTreeMap<PartitionId, i64> = std::collections::BTreeMap::new();
             for pos in &batch.positions {
                 maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
+            }
+            // What the source read of event time beside its records (a group's shuffle).
+            for &(part, time) in &batch.lanes {
+                let m = maxes.entry(part).or_insert(watermark::NONE);
+                *m = (*m).max(time);
             }
             // An event the operator could not place (its windows would fall outside the
             // timeline) moves no watermark: one far-future record must not make the rest late.

@@ -136,9 +136,24 @@ pub(crate) struct SourceConfig {
 
 #[derive(Debug, Clone)]
 pub(crate) enum SourceKind {
-    Replay { path: PathBuf, format: ReplayFormat },
+    Replay {
+        path: PathBuf,
+        format: ReplayFormat,
+    },
     Kafka(KafkaSourceConfig),
     Dataset(DatasetRef),
+    /// A group's stage-2 task: made by `scale/`, never written in a file.
+    Repartition(Box<RepartitionConfig>),
+}
+
+/// One partition of a group's repartition topic, which the group's stage-1 tasks write
+/// (`source/repartition.rs`).
+#[derive(Debug, Clone)]
+pub(crate) struct RepartitionConfig {
+    /// The topic, with the one partition in `partitions`.
+    pub kafka: KafkaSourceConfig,
+    /// The stage-1 tasks that write to it: the input topic's partitions.
+    pub lanes: u32,
 }
 
 /// A project's dataset, as a flow names it. The project fills in where it lives
@@ -169,6 +184,7 @@ impl SourceKind {
             SourceKind::Replay { .. } => "replay",
             SourceKind::Kafka(_) => "kafka",
             SourceKind::Dataset(_) => "dataset",
+            SourceKind::Repartition(_) => "repartition",
         }
     }
 
@@ -183,6 +199,7 @@ impl SourceKind {
             }
             SourceKind::Kafka(k) => format!("kafka:{}", k.topics.join(",")),
             SourceKind::Dataset(d) => format!("dataset:{}", d.name),
+            SourceKind::Repartition(r) => format!("repartition:{}", r.kafka.topics.join(",")),
         }
     }
 }
@@ -494,9 +511,10 @@ impl Pipeline {
     }
 
     /// The pipeline run as tasks of consumer group `group` (`[scale] group`, `weir run --group`),
-    /// or why it cannot be. Today a group runs stateless pipelines on one Kafka topic, in
-    /// micro-batches or continuously: the tasks of a stateful one would need their state moved
-    /// with them (`docs/scale-out.md`).
+    /// or why it cannot be. A group runs pipelines on one Kafka topic: stateless ones in
+    /// micro-batches or continuously, windowed aggregations in two stages around a shuffle. Other
+    /// stateful operators (processors, dedup, joins) would need their input repartitioned by key
+    /// first, which is not built yet (`docs/scale-out.md`).
     pub(crate) fn in_group(mut self, group: String) -> Result<Self, String> {
         if group.is_empty() || !group.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
             return Err(format!(
@@ -513,9 +531,23 @@ impl Pipeline {
             }
             _ => return Err("a group shares a Kafka topic's partitions: the source must be type = \"kafka\"".into()),
         }
-        if self.stateful.is_some() || self.join.is_some() {
-            return Err("a group runs stateless pipelines (parse, transform, sink) for now: remove [window], \
-                        [process], [dedup] or [join], or run without a group"
+        if let Some(s) = &self.stateful {
+            if !matches!(s.keyed, Keyed::Window(_)) || s.dedup.is_some() {
+                return Err("a group runs stateless pipelines and windowed aggregations for now; [process] and \
+                            [dedup] need their input repartitioned by key, which is not built yet: remove them, \
+                            or run without a group"
+                    .into());
+            }
+            if s.time.late == LatePolicy::SideOutput {
+                return Err("in a group, lateness is judged after the shuffle, where events are already folded \
+                            into partial accumulators, so late events cannot be written out: set \
+                            watermark.late = \"drop\" (they are counted as lateEvents)"
+                    .into());
+            }
+        }
+        if self.join.is_some() {
+            return Err("a group cannot run [join] yet (its table or second stream would need repartitioning by \
+                        key): remove it, or run without a group"
                 .into());
         }
         if matches!(self.trigger, Trigger::Once | Trigger::AvailableNow) {

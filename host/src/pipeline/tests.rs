@@ -486,8 +486,11 @@ fn a_bad_group_names_the_key_and_the_fix() {
         "[watermark]\ndelay = \"1 minute\"\n[window]\ntype = \"tumbling\"\nsize = \"1 minute\"\n\
          [aggregate]\nplugin = \"a.wasm\"\n[sink]",
     );
-    let e = err(&windowed);
-    assert!(e.contains("scale.group") && e.contains("stateless"), "{e}");
+    assert!(Pipeline::parse(&windowed, Path::new("p.toml")).unwrap().group.is_some(), "windows run in two stages");
+    let e = err(&windowed.replace("delay = \"1 minute\"", "delay = \"1 minute\"\nlate = \"side-output\""));
+    assert!(e.contains("scale.group") && e.contains("watermark.late = \"drop\""), "{e}");
+    let e = err(&windowed.replace("[window]", "[dedup]\nkey = \"order_id\"\nwithin = \"1 hour\"\n[window]"));
+    assert!(e.contains("scale.group") && e.contains("repartitioned by key"), "{e}");
     let e = err(&GROUPED.replace(
         "type = \"kafka\"\n    topics = [\"orders\"]\n    kafka.bootstrap.servers = \"127.0.0.1:9\"",
         "type = \"replay\"\npath = \"e.jsonl\"",

@@ -199,6 +199,7 @@ fn source_label(k: &SourceKind) -> String {
         }
         SourceKind::Kafka(k) => format!("kafka {}", k.topics.join(", ")),
         SourceKind::Dataset(d) => d.name.clone(),
+        SourceKind::Repartition(r) => format!("repartition {}", r.kafka.topics.join(", ")),
     }
 }
 

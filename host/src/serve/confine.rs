@@ -129,6 +129,10 @@ pub(crate) fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
                     "datasets belong to projects, which the service does not host yet",
                 ));
             }
+            // Made by a group's process, never by a file.
+            SourceKind::Repartition(_) => {
+                return Err(refuse(format!("{field}.type"), "not a source a pipeline file can name"));
+            }
         }
     }
     match &pipeline.sink {

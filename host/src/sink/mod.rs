@@ -6,11 +6,13 @@
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
 //! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
-//! project's dataset in the embedded log).
+//! project's dataset in the embedded log), `repartition.rs` (a group's shuffle, stage 1's
+//! partials to stage 2).
 
 mod kafka;
 mod lines;
 mod log;
+mod repartition;
 mod wasm;
 
 use crate::columns::{self, ColumnFull};
@@ -20,6 +22,7 @@ use crate::plugin::PluginError;
 pub(crate) use kafka::{KafkaSink, producer_config};
 pub(crate) use lines::LineSink;
 pub(crate) use log::LogSink;
+pub(crate) use repartition::RepartitionSink;
 pub(crate) use wasm::WasmSink;
 
 /// Rows of one batch, flat, each with its key: row `i` is `rows[row_ends[i-1]..row_ends[i]]`, a

@@ -8,6 +8,7 @@
 
 pub(crate) mod kafka;
 pub(crate) mod log;
+pub(crate) mod repartition;
 pub(crate) mod replay;
 
 use std::collections::BTreeMap;
@@ -40,6 +41,9 @@ pub(crate) enum SourceError {
     NoProject(String),
     #[error("the checkpoint's offsets are for a {found} source, this pipeline reads {expected}")]
     WrongOffsets { expected: &'static str, found: &'static str },
+    /// A group's shuffle holds what its stages cannot have written (`repartition.rs`).
+    #[error("{0}")]
+    Shuffle(String),
 }
 
 /// Bytes of record values one batch may hold (a source stops a batch there): well inside the
@@ -75,6 +79,11 @@ pub(crate) struct SourceBatch {
     pub records: RawBatch,
     pub positions: Vec<Position>,
     pub bad: Vec<BadRecord>,
+    /// Event time the source read beside its records: a stream (by [`Position`]'s stream and
+    /// partition) and the largest event time it reported, `watermark::NONE` for none. A group's
+    /// stage-1 tasks report theirs through the shuffle (`repartition.rs`), with or without
+    /// partials; every other source has none.
+    pub lanes: Vec<(crate::watermark::PartitionId, i64)>,
 }
 
 impl SourceBatch {
@@ -88,9 +97,9 @@ impl SourceBatch {
         self.records.values.len() + self.records.keys.len()
     }
 
-    /// No records and no undecodable lines.
+    /// No records, no undecodable lines and no event time: nothing for a batch to do.
     pub(crate) fn is_empty(&self) -> bool {
-        self.positions.is_empty() && self.bad.is_empty()
+        self.positions.is_empty() && self.bad.is_empty() && self.lanes.is_empty()
     }
 
     /// Room for `n` records of ~128 bytes, so a batch's columns do not grow record by record;
@@ -128,6 +137,7 @@ impl SourceBatch {
         r.headers.clear();
         self.positions.clear();
         self.bad.clear();
+        self.lanes.clear();
     }
 
     /// Adds a record with its headers (name, value); one over [`MAX_RECORD_BYTES`] becomes a bad
@@ -178,6 +188,9 @@ pub(crate) enum Offsets {
     Kafka { partitions: Vec<TopicOffset> },
     /// The next offset to read in a dataset's embedded log.
     Log { next: u64 },
+    /// A group's stage-2 task: the next offset in its repartition partition, and the last
+    /// message taken from each stage-1 task (`repartition.rs`).
+    Repartition { partitions: Vec<TopicOffset>, lanes: repartition::Lanes },
 }
 
 impl Offsets {
@@ -185,7 +198,10 @@ impl Offsets {
     /// dataset's `log`); records, never negative.
     pub(crate) fn lag(&self, latest: &Offsets) -> BTreeMap<String, u64> {
         match (self, latest) {
-            (Offsets::Kafka { partitions: at }, Offsets::Kafka { partitions: latest }) => at
+            (
+                Offsets::Kafka { partitions: at } | Offsets::Repartition { partitions: at, .. },
+                Offsets::Kafka { partitions: latest } | Offsets::Repartition { partitions: latest, .. },
+            ) => at
                 .iter()
                 .map(|p| {
                     let high = latest
@@ -207,6 +223,7 @@ impl Offsets {
             Offsets::Replay(_) => "replay",
             Offsets::Kafka { .. } => "kafka",
             Offsets::Log { .. } => "dataset",
+            Offsets::Repartition { .. } => "repartition",
         }
     }
 }
@@ -225,6 +242,7 @@ pub(crate) enum Source {
     Replay(Box<replay::ReplaySource>),
     Kafka(Box<kafka::KafkaSource>),
     Log(Box<log::LogSource>),
+    Repartition(Box<repartition::RepartitionSource>),
 }
 
 impl Source {
@@ -241,6 +259,12 @@ impl Source {
             (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
                 Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, partitions, stop)?)))
             }
+            (SourceKind::Repartition(r), None) => {
+                Ok(Source::Repartition(Box::new(repartition::RepartitionSource::open(r, None, stop)?)))
+            }
+            (SourceKind::Repartition(r), Some(Offsets::Repartition { partitions, lanes })) => Ok(Source::Repartition(
+                Box::new(repartition::RepartitionSource::open(r, Some((partitions, lanes)), stop)?),
+            )),
             (SourceKind::Dataset(d), at) => {
                 let (Some(dir), next) = (&d.log, at) else { return Err(SourceError::NoProject(d.name.clone())) };
                 let next = match next {
@@ -260,6 +284,10 @@ impl Source {
             Source::Replay(s) => Offsets::Replay(s.position()),
             Source::Kafka(s) => Offsets::Kafka { partitions: s.offsets() },
             Source::Log(s) => Offsets::Log { next: s.position() },
+            Source::Repartition(s) => {
+                let (partitions, lanes) = s.offsets();
+                Offsets::Repartition { partitions, lanes }
+            }
         }
     }
 
@@ -273,6 +301,7 @@ impl Source {
             }
             Source::Kafka(s) => Ok(s.next_batch(limit)?),
             Source::Log(s) => Ok(s.next_batch(limit)?),
+            Source::Repartition(s) => s.next_batch(limit),
         }
     }
 
@@ -284,6 +313,8 @@ impl Source {
             Source::Replay(s) => Ok(s.next_batch(usize::MAX, to_the_end)?),
             Source::Kafka(s) => Ok(s.read_available()?),
             Source::Log(s) => Ok(s.read_available()?),
+            // Never a side input.
+            Source::Repartition(_) => Ok(SourceBatch::default()),
         }
     }
 
@@ -293,6 +324,7 @@ impl Source {
             (Source::Replay(s), Offsets::Replay(p)) => Ok(s.read_until(*p)?),
             (Source::Kafka(s), Offsets::Kafka { partitions }) => Ok(s.read_until(partitions)?),
             (Source::Log(s), Offsets::Log { next }) => Ok(s.read_until(*next)?),
+            (Source::Repartition(s), Offsets::Repartition { partitions, lanes }) => s.read_until(partitions, lanes),
             (s, found) => {
                 let expected = s.offsets().kind();
                 Err(SourceError::WrongOffsets { expected, found: found.kind() })
@@ -306,14 +338,18 @@ impl Source {
             Source::Replay(s) => s.spare = Some(batch),
             Source::Kafka(s) => s.spare = Some(batch),
             Source::Log(s) => s.spare = Some(batch),
+            // Its batches are built from the Kafka source's, whose columns it gives back.
+            Source::Repartition(_) => {}
         }
     }
 
     /// Tells the outside world how far the pipeline has committed (Kafka: the consumer group's
     /// offsets, for lag monitoring). Never read back: the checkpoint is the source of truth.
     pub(crate) fn committed(&mut self, at: &Offsets) {
-        if let (Source::Kafka(s), Offsets::Kafka { partitions }) = (self, at) {
-            s.commit_group_offsets(partitions);
+        match (self, at) {
+            (Source::Kafka(s), Offsets::Kafka { partitions }) => s.commit_group_offsets(partitions),
+            (Source::Repartition(s), Offsets::Repartition { partitions, .. }) => s.commit_group_offsets(partitions),
+            _ => {}
         }
     }
 
@@ -324,6 +360,7 @@ impl Source {
             Source::Replay(_) => None,
             Source::Kafka(s) => Some(Offsets::Kafka { partitions: s.latest() }),
             Source::Log(s) => Some(Offsets::Log { next: s.end() }),
+            Source::Repartition(s) => Some(Offsets::Kafka { partitions: s.latest() }),
         }
     }
 
@@ -333,6 +370,7 @@ impl Source {
             Source::Replay(s) => format!("replay {}", s.path().display()),
             Source::Kafka(s) => format!("kafka {}", s.topics().join(", ")),
             Source::Log(s) => format!("dataset {}", s.name()),
+            Source::Repartition(s) => format!("repartition {}", s.topics().join(", ")),
         }
     }
 
@@ -343,6 +381,16 @@ impl Source {
             Source::Replay(s) => vec![s.path().display().to_string()],
             Source::Kafka(s) => s.topics().to_vec(),
             Source::Log(s) => vec![s.name().to_string()],
+            Source::Repartition(s) => s.stream_names(),
+        }
+    }
+
+    /// Streams that hold the watermark back until they are heard from or idle: a group's
+    /// stage-1 tasks, for its stage-2 task (`repartition.rs`); none for other sources.
+    pub(crate) fn expected_streams(&self) -> Vec<crate::watermark::PartitionId> {
+        match self {
+            Source::Repartition(s) => s.expected(),
+            _ => Vec::new(),
         }
     }
 }
