@@ -230,6 +230,34 @@ impl StateStore {
         }
     }
 
+    /// The changes staged since the last commit, in key order (`None`: a delete): what a group's
+    /// stage-2 task writes to its changelog (`scale/changelog.rs`).
+    pub(crate) fn staged(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> {
+        self.staged.iter().map(|(k, v)| (k.as_slice(), v.as_deref()))
+    }
+
+    /// The committed values of `keys`, ignoring what is staged: a changelog record's
+    /// before-image.
+    pub(crate) fn committed_values(&self, keys: &[&[u8]]) -> Result<Vec<Option<Vec<u8>>>, StateError> {
+        self.db.multi_get(keys).into_iter().map(|r| r.map_err(|e| self.err(e))).collect()
+    }
+
+    /// Every committed entry but the checkpoint record, in key order: a group's stage-2 task
+    /// writes them to its changelog when it claims the task.
+    pub(crate) fn entries(&self) -> Result<Vec<Entry>, StateError> {
+        let mut it = self.db.raw_iterator();
+        it.seek_to_first();
+        let mut out = Vec::new();
+        while let (Some(k), Some(v)) = (it.key(), it.value()) {
+            if k != META {
+                out.push((k.to_vec(), v.to_vec()));
+            }
+            it.next();
+        }
+        it.status().map_err(|e| self.err(e))?;
+        Ok(out)
+    }
+
     /// The checkpoint record of the last committed batch.
     pub(crate) fn meta(&self) -> Result<Option<Vec<u8>>, StateError> {
         self.db.get(META).map_err(|e| self.err(e))

@@ -81,8 +81,9 @@ pub(crate) trait Ledger: Send {
     /// owner has claimed the task since: then nothing of this batch may be delivered.
     fn plan(&mut self, plan: &Planned) -> Result<(), CheckpointError>;
     /// Records a committed batch: the state's record of it (`meta`), before the local commit
-    /// (micro-batches) or after it (continuous mode, at-least-once either way).
-    fn commit(&mut self, meta: &[u8]) -> Result<(), CheckpointError>;
+    /// (micro-batches) or after it (continuous mode, at-least-once either way). `state` holds
+    /// the batch's changes, still staged (micro-batches), for a ledger that records state too.
+    fn commit(&mut self, meta: &[u8], state: &crate::state::StateStore) -> Result<(), CheckpointError>;
 }
 
 impl CheckpointError {

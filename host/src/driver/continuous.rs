@@ -88,7 +88,7 @@ impl Run {
         let meta = std::mem::take(&mut reserve.meta);
         reserve.wait()?;
         if let Some(ledger) = self.ledger.as_mut() {
-            ledger.commit(&meta)?;
+            ledger.commit(&meta, &self.state)?;
         }
         // The next id the last commit recorded: ids stay below it plus half the gap.
         let mut committed_next = *batch_id;
@@ -183,7 +183,7 @@ impl Run {
         let meta = std::mem::take(&mut c.meta);
         let Some((at, mut since)) = c.wait()? else { return Ok(()) };
         if let Some(ledger) = self.ledger.as_mut() {
-            ledger.commit(&meta)?;
+            ledger.commit(&meta, &self.state)?;
         }
         ingest.source.committed(&at);
         since.plugins = self.plugin_metrics();

@@ -62,7 +62,9 @@ pub(super) fn start(
     }
     let recovered = recover(&checkpoint, &state)?;
     let Stages { parsers, transforms, expect, mut operator, sink, runtime } = stages;
-    let state_version = open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name)?;
+    let in_group = opts.ledger.is_some();
+    let state_version =
+        open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name, in_group)?;
     let restored = recovered.meta.as_ref();
 
     let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
@@ -77,6 +79,7 @@ pub(super) fn start(
         if let Some(m) = restored {
             w.restore(&m.watermark, Instant::now());
         }
+        w.expect(&source.expected_streams(), Instant::now());
         w
     });
     let flushes = match opts.flush {
@@ -208,18 +211,32 @@ fn recover(checkpoint: &CheckpointDir, state: &StateStore) -> Result<Recovered, 
 
 /// Opens the operator over the restored state and returns the state version to record. A
 /// conversion of the state to the plugin's version commits at once, with the record of the new
-/// version, so a crash leaves either the old state or the new one.
+/// version, so a crash leaves either the old state or the new one. A group's task (`in_group`)
+/// refuses one: its state's record is in the group's changelog, which a local conversion would
+/// leave behind (`docs/scale-out.md`).
 pub(super) fn open_operator(
     op: &mut dyn Operator,
     state: &mut StateStore,
     recovered: &Recovered,
     checkpoint: &CheckpointDir,
     name: &str,
+    in_group: bool,
 ) -> Result<Option<u32>, RunError> {
     // A checkpoint from before versioning holds version 1, every SDK build's default.
     let restored_version = recovered.meta.as_ref().map(|m| m.state_version.unwrap_or(1));
     let opened =
         op.open(state, restored_version).map_err(|e| CheckpointError::file(checkpoint.state_dir(), e.to_string()))?;
+    if let (Some(_), Some(from), true) = (opened.migrated, restored_version, in_group) {
+        let to = opened.state_version.unwrap_or(from);
+        return Err(CheckpointError::file(
+            checkpoint.state_dir(),
+            format!(
+                "{name}: the group's state is of state version {from} and the plugin's of {to}; a group cannot \
+                 migrate its state in place yet: run the build that wrote it, or start a new group"
+            ),
+        )
+        .into());
+    }
     if let (Some(n), Some(m), Some(from)) = (opened.migrated, &recovered.meta, restored_version) {
         let meta = StateMeta { state_version: opened.state_version, ..m.clone() };
         let bytes = serde_json::to_vec(&meta).map_err(|e| {

@@ -1,8 +1,8 @@
 //! `weir inspect PIPELINE.toml` for a pipeline with `[scale] group`: the group as Kafka holds it,
 //! read without joining it. Members and their tasks come from the consumer group (each member's
 //! assignment, decoded here); each task's epoch, owner, committed batch and position from its
-//! checkpoint record; lag from the input partition's end. Safe while the group runs: it claims
-//! nothing and commits nothing.
+//! checkpoint record; lag from its partition's end (the input's, or for a stage-2 task the
+//! repartition topic's). Safe while the group runs: it claims nothing and commits nothing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,7 +12,7 @@ use std::sync::atomic::AtomicBool;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
 use super::ledger::KafkaLedger;
-use super::{kafka, ledger_topic};
+use super::{Layout, TaskId, kafka};
 use crate::checkpoint::StateMeta;
 use crate::driver::RunError;
 use crate::kafka::{CALL_TIMEOUT, client_config, connection_options, with_retry};
@@ -27,23 +27,42 @@ pub(crate) fn group(pipeline: &Pipeline) -> Result<String, RunError> {
     let stop = Arc::new(AtomicBool::new(false));
     let topic = &source.topics[0];
     let partitions = super::input_partitions(source, topic, &stop)?;
+    let layout = Layout::of(pipeline, group, topic, partitions);
     let consumer: BaseConsumer =
         client_config(&[], &connection_options(&source.options)).create().map_err(|e| kafka(e, topic))?;
     let mut out = String::new();
-    let _ = writeln!(out, "group      {group} (pipeline {}, topic {topic}, {partitions} tasks)", pipeline.name);
+    let _ = match &layout.shuffle {
+        None => writeln!(out, "group      {group} (pipeline {}, topic {topic}, {partitions} tasks)", pipeline.name),
+        Some((shuffle, q)) => writeln!(
+            out,
+            "group      {group} (pipeline {}, topic {topic}: {partitions} stage-1 tasks; {shuffle}: {q} stage-2 \
+             tasks, shown as merge-N)",
+            pipeline.name
+        ),
+    };
+    let all: Vec<TaskId> = (0..partitions)
+        .map(TaskId::Input)
+        .chain((0..layout.shuffle.as_ref().map_or(0, |(_, q)| *q)).map(TaskId::Merge))
+        .collect();
     // Who holds what: the group's own answer where the broker gives one (some brokers, tansu
     // among them, do not describe groups), else each task's newest claim.
-    let mut held: BTreeMap<i32, String> = BTreeMap::new();
+    let mut held: BTreeMap<TaskId, String> = BTreeMap::new();
     let described = consumer.fetch_group_list(Some(group), CALL_TIMEOUT);
     match described.as_ref().map(|g| g.groups().first()) {
         Ok(Some(g)) if !g.members().is_empty() => {
             let _ = writeln!(out, "state      {}, {} members", g.state(), g.members().len());
             for m in g.members() {
-                let tasks = m.assignment().and_then(|a| assigned(a, topic)).unwrap_or_default();
-                for p in &tasks {
-                    held.insert(*p, m.client_id().to_string());
+                let mut tasks: Vec<TaskId> = Vec::new();
+                for t in layout.topics() {
+                    let parts = m.assignment().and_then(|a| assigned(a, t)).unwrap_or_default();
+                    tasks.extend(parts.into_iter().filter_map(|p| layout.task(t, p)));
                 }
-                let _ = writeln!(out, "member     {} ({}) tasks {tasks:?}", m.client_id(), m.client_host());
+                for t in &tasks {
+                    held.insert(*t, m.client_id().to_string());
+                }
+                let labels: Vec<String> = tasks.iter().map(|t| label(*t)).collect();
+                let _ =
+                    writeln!(out, "member     {} ({}) tasks [{}]", m.client_id(), m.client_host(), labels.join(", "));
             }
         }
         Ok(_) => {
@@ -55,26 +74,30 @@ pub(crate) fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         }
     }
     let described = described.is_ok();
-    let ledger = ledger_topic(group);
-    for p in 0..partitions {
-        let task = super::task::name(pipeline, topic, p);
-        let record = KafkaLedger::read(&source.options, &ledger, p, &task, stop.clone())?;
+    for id in all {
+        let (t, p) = layout.source_of(id);
+        let task = super::task::name(pipeline, t, p);
+        let record =
+            KafkaLedger::read(&source.options, &layout.ledger, layout.ledger_partition(id), &task, stop.clone())?;
         let fold = record.restored();
         let (_, high) =
-            with_retry(&stop, "reading the input's end", || consumer.fetch_watermarks(topic, p, CALL_TIMEOUT))
+            with_retry(&stop, "reading a task's input end", || consumer.fetch_watermarks(t, p, CALL_TIMEOUT))
                 .map_err(|e| RunError::Source(e.into()))?;
         let meta: Option<StateMeta> = fold.meta.clone().and_then(|m| serde_json::from_value(m).ok());
         let at = meta.as_ref().and_then(|m| match &m.source {
-            Offsets::Kafka { partitions } => partitions.iter().find(|o| o.partition == p).map(|o| o.offset),
+            Offsets::Kafka { partitions } | Offsets::Repartition { partitions, .. } => {
+                partitions.iter().find(|o| o.partition == p).map(|o| o.offset)
+            }
             _ => None,
         });
         if !described && let Some(owner) = &fold.owner {
-            held.insert(p, owner.clone());
+            held.insert(id, owner.clone());
         }
         let _ = writeln!(
             out,
-            "task {p:<5} held by {}; epoch {} (claimed by {}); next batch {}; offset {}; lag {}; watermark {}",
-            held.get(&p).map_or("nobody", String::as_str),
+            "task {:<5} held by {}; epoch {} (claimed by {}); next batch {}; offset {}; lag {}; watermark {}",
+            label(id),
+            held.get(&id).map_or("nobody", String::as_str),
             fold.epoch,
             fold.owner.as_deref().unwrap_or("nobody yet"),
             fold.next_batch(),
@@ -87,15 +110,24 @@ pub(crate) fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         );
     }
     if !described {
-        let mut by_owner: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-        for (p, owner) in &held {
-            by_owner.entry(owner).or_default().push(*p);
+        let mut by_owner: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (id, owner) in &held {
+            by_owner.entry(owner).or_default().push(label(*id));
         }
         for (owner, tasks) in by_owner {
-            let _ = writeln!(out, "member     {owner} tasks {tasks:?} (by claim)");
+            let _ = writeln!(out, "member     {owner} tasks [{}] (by claim)", tasks.join(", "));
         }
     }
     Ok(out)
+}
+
+/// A task as `weir inspect` shows it: its input partition, or `merge-` and its repartition
+/// partition.
+fn label(id: TaskId) -> String {
+    match id {
+        TaskId::Input(p) => p.to_string(),
+        TaskId::Merge(q) => format!("merge-{q}"),
+    }
 }
 
 /// The partitions of `topic` in a member's assignment, as the consumer protocol encodes it:

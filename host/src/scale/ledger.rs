@@ -8,7 +8,9 @@
 //!   epoch in the partition, and with what it claimed (the last commit and the open plans): a
 //!   claim alone says where its owner starts;
 //! - `plan`: a batch's plan, written before the batch runs (the local `offsets/N`);
-//! - `commit`: the state's record of a committed batch (next batch id, source position, ...).
+//! - `commit`: the state's record of a committed batch (next batch id, source position, ...),
+//!   and for a task with state (a stage-2 task), which epoch's records in the changelog hold
+//!   that state (`changelog.rs`), whose records of the batch are written first.
 //!
 //! **Fencing.** One partition is one total order, and every reader folds it the same way: a
 //! claim counts only if its epoch is above every epoch before it; any other record counts only
@@ -38,8 +40,10 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
+use super::changelog::Changelog;
 use crate::checkpoint::{CheckpointError, Ledger, Planned};
 use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
+use crate::state::StateStore;
 
 /// How long a read of the checkpoint partition waits with nothing arriving before it logs that
 /// it is still waiting (and again as often).
@@ -64,15 +68,19 @@ enum Body {
         meta: Option<serde_json::Value>,
         side: Option<String>,
         plans: Vec<Planned>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changelog: Option<u64>,
     },
     Plan {
         plan: Planned,
     },
     /// `side`: the local directory whose side-output files `meta`'s lengths measure
-    /// (`task.rs`).
+    /// (`task.rs`); `changelog`: the epoch whose changelog records hold the state.
     Commit {
         meta: serde_json::Value,
         side: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        changelog: Option<u64>,
     },
 }
 
@@ -101,6 +109,8 @@ pub(super) struct Fold {
     pub meta: Option<serde_json::Value>,
     /// Which local directory's side outputs the record's lengths measure.
     pub side: Option<String>,
+    /// Whose changelog records hold the state (a stage-2 task's; `None`: no state there).
+    pub changelog: Option<u64>,
     /// Plans at or after the next batch: re-run as planned.
     pub plans: BTreeMap<u64, Planned>,
     /// The highest offset applied.
@@ -114,7 +124,7 @@ impl Fold {
         }
         self.applied = Some(offset);
         match r.body {
-            Body::Claim { owner, meta, side, plans } => {
+            Body::Claim { owner, meta, side, plans, changelog } => {
                 if r.epoch <= self.epoch {
                     return;
                 }
@@ -126,6 +136,7 @@ impl Fold {
                 if meta.is_some() {
                     self.meta = meta;
                     self.side = side;
+                    self.changelog = changelog;
                 }
                 self.plans.extend(plans.into_iter().map(|p| (p.batch_id, p)));
                 let next = self.next_batch();
@@ -141,11 +152,12 @@ impl Fold {
                     Body::Plan { plan } => {
                         self.plans.insert(plan.batch_id, plan);
                     }
-                    Body::Commit { meta, side } => {
+                    Body::Commit { meta, side, changelog } => {
                         let next = meta.get("next_batch").and_then(serde_json::Value::as_u64).unwrap_or(0);
                         self.plans.retain(|&b, _| b >= next);
                         self.meta = Some(meta);
                         self.side = side;
+                        self.changelog = changelog;
                     }
                     Body::Claim { .. } => {}
                 }
@@ -194,6 +206,8 @@ pub(crate) struct KafkaLedger {
     consumer: BaseConsumer,
     fold: Fold,
     stop: Arc<AtomicBool>,
+    /// A stage-2 task's state, written with each commit.
+    changelog: Option<Changelog>,
 }
 
 impl KafkaLedger {
@@ -234,6 +248,7 @@ impl KafkaLedger {
             consumer,
             fold: Fold::default(),
             stop,
+            changelog: None,
         };
         let (_, high) = with_retry(&ledger.stop, "reading a task's checkpoint record", || {
             ledger.consumer.fetch_watermarks(topic, partition, CALL_TIMEOUT)
@@ -261,6 +276,7 @@ impl KafkaLedger {
             meta: ledger.fold.meta.clone(),
             side: ledger.fold.side.clone(),
             plans: ledger.fold.plans.values().cloned().collect(),
+            changelog: ledger.fold.changelog,
         };
         let at = ledger.write(claimed)?;
         ledger.read_to(at)?;
@@ -277,6 +293,27 @@ impl KafkaLedger {
     /// Names the local directory whose side-output lengths this owner's commits record.
     pub(super) fn set_side(&mut self, side: String) {
         self.side = Some(side);
+    }
+
+    /// Makes `changelog` (open under this owner's epoch, its snapshot of the state written)
+    /// the state's record: a commit of the claimed batch again, saying so. From here on every
+    /// commit writes the batch's changes there first.
+    pub(super) fn adopt(&mut self, mut changelog: Changelog) -> Result<(), CheckpointError> {
+        if let Some(meta) = self.fold.meta.clone() {
+            let body = Body::Commit { meta, side: self.side.clone(), changelog: Some(self.epoch) };
+            let at = self.write(body)?;
+            self.read_to(at)?;
+            if self.fold.epoch != self.epoch {
+                return Err(CheckpointError::Fenced {
+                    task: self.task.clone(),
+                    epoch: self.epoch,
+                    newer: self.fold.epoch,
+                });
+            }
+        }
+        changelog.tombstone_stale()?;
+        self.changelog = Some(changelog);
+        Ok(())
     }
 
     pub(super) fn epoch(&self) -> u64 {
@@ -392,11 +429,19 @@ impl Ledger for KafkaLedger {
         Ok(())
     }
 
-    fn commit(&mut self, meta: &[u8]) -> Result<(), CheckpointError> {
-        let meta = serde_json::from_slice(meta).map_err(|e| {
+    fn commit(&mut self, meta: &[u8], state: &StateStore) -> Result<(), CheckpointError> {
+        let meta: serde_json::Value = serde_json::from_slice(meta).map_err(|e| {
             CheckpointError::file(format!("{}:{}", self.topic, self.partition), format!("cannot encode: {e}"))
         })?;
-        self.write(Body::Commit { meta, side: self.side.clone() })?;
+        let changelog = match self.changelog.as_mut() {
+            Some(c) => {
+                let next = meta.get("next_batch").and_then(serde_json::Value::as_u64).unwrap_or(0);
+                c.write(next.saturating_sub(1), state)?;
+                Some(self.epoch)
+            }
+            None => None,
+        };
+        self.write(Body::Commit { meta, side: self.side.clone(), changelog })?;
         Ok(())
     }
 }
@@ -422,7 +467,10 @@ mod tests {
     }
 
     fn claim(epoch: u64) -> Record {
-        rec(epoch, Body::Claim { owner: format!("owner {epoch}"), meta: None, side: None, plans: vec![] })
+        rec(
+            epoch,
+            Body::Claim { owner: format!("owner {epoch}"), meta: None, side: None, plans: vec![], changelog: None },
+        )
     }
 
     #[test]
@@ -430,11 +478,11 @@ mod tests {
         let mut f = Fold::default();
         f.apply(0, claim(1));
         f.apply(1, rec(1, Body::Plan { plan: plan(0) }));
-        f.apply(2, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 1}), side: None }));
+        f.apply(2, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 1}), side: None, changelog: None }));
         f.apply(3, claim(2));
         // The zombie (epoch 1) goes on: its plan and commit do not count.
         f.apply(4, rec(1, Body::Plan { plan: plan(1) }));
-        f.apply(5, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 2}), side: None }));
+        f.apply(5, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 2}), side: None, changelog: None }));
         assert_eq!((f.epoch, f.next_batch(), f.plans.len()), (2, 1, 0));
         assert_eq!(f.claim_at, Some(3));
     }
@@ -460,9 +508,9 @@ mod tests {
     fn records_fetched_twice_are_applied_once_and_compacted_claims_are_implied() {
         let mut f = Fold::default();
         // Compaction removed claim 1 and 2: the first record read is epoch 2's commit.
-        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None }));
+        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None, changelog: None }));
         f.apply(8, rec(2, Body::Plan { plan: plan(5) }));
-        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 3}), side: None }));
+        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 3}), side: None, changelog: None }));
         assert_eq!((f.epoch, f.next_batch(), f.plans.len()), (2, 5, 1));
     }
 
@@ -477,9 +525,10 @@ mod tests {
             meta: Some(serde_json::json!({"next_batch": 4})),
             side: None,
             plans: vec![plan(4)],
+            changelog: None,
         };
         f.apply(10, rec(2, started));
-        f.apply(11, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None }));
+        f.apply(11, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None, changelog: None }));
         f.apply(12, rec(1, Body::Plan { plan: plan(5) }));
         assert_eq!((f.epoch, f.next_batch()), (2, 4));
         assert_eq!(f.plans.keys().copied().collect::<Vec<_>>(), vec![4]);

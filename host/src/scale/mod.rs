@@ -8,17 +8,27 @@
 //! thread of its own (`task.rs`), its checkpoint recorded in the group's checkpoint topic
 //! (`ledger.rs`), so it can continue on any process.
 //!
+//! A windowed aggregation runs in two stages around a shuffle (`shuffle.rs`): a stage-1 task
+//! per input partition folds its batches into partial accumulators and writes them to the
+//! group's repartition topic, partitioned by group key; a stage-2 task per repartition
+//! partition merges them into its windows, its state recorded in the group's changelog topic
+//! (`changelog.rs`) besides the checkpoint topic. The group subscribes to both topics, so a
+//! task of either stage is a partition the group assigns ([`Layout`]).
+//!
 //! A revoked task is stopped, and its thread joined, inside the rebalance callback, before the
 //! group hands the partition on: a clean handover never has two owners. An unclean one (a
 //! process paused or cut off past its session timeout) may, for a while; the ledger's epochs
 //! fence the old owner at its next plan.
 //!
 //! The group's names: the consumer group is `[scale] group`; its checkpoint topic is
-//! `weir.GROUP.checkpoints` ([`ledger_topic`]), created on first use.
+//! `weir.GROUP.checkpoints` ([`ledger_topic`]), and a two-stage group's shuffle and state are
+//! `weir.GROUP.repartition` and `weir.GROUP.changelog` (`shuffle.rs`), all created on first use.
 
+mod changelog;
 mod inspect;
 mod ledger;
 mod rollup;
+pub(crate) mod shuffle;
 mod task;
 
 use std::collections::BTreeMap;
@@ -36,7 +46,7 @@ use rdkafka::{ClientContext, TopicPartitionList};
 use crate::checkpoint::CheckpointError;
 use crate::driver::RunError;
 use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
-use crate::pipeline::{Pipeline, SourceKind};
+use crate::pipeline::{Keyed, Pipeline, SourceKind};
 use crate::plugin::Runtime;
 use crate::progress::Summary;
 use rollup::ROLLUP_EVERY;
@@ -60,20 +70,95 @@ const SESSION_TIMEOUT_MS: &str = "10000";
 /// [`POLL`], so only a revocation that waits for a batch in flight comes near this.
 const REBALANCE_TIMEOUT_MS: &str = "20000";
 
-/// The checkpoint topic's replication: the broker's default (`-1`).
-const LEDGER_REPLICATION: i32 = -1;
+/// The replication of the topics a group creates: the broker's default (`-1`).
+const REPLICATION: i32 = -1;
+
+/// How long the repartition topic keeps what stage 1 wrote, unless `kafka.*` options on the
+/// broker say otherwise: longer than any stage-2 task should lag behind. A stage-2 task that
+/// falls further behind finds its next offset gone, and stops saying so (data loss).
+const REPARTITION_RETENTION_MS: &str = "604800000";
 
 /// The group's checkpoint topic.
 pub(crate) fn ledger_topic(group: &str) -> String {
     format!("weir.{group}.checkpoints")
 }
 
+/// A task: an input partition (the only stage, or stage 1), or a repartition partition
+/// (stage 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum TaskId {
+    Input(i32),
+    Merge(i32),
+}
+
+/// The topics a group runs on, and where each task's checkpoint record is.
+#[derive(Debug, Clone)]
+pub(super) struct Layout {
+    pub input: String,
+    /// The input's partitions: the tasks of the only stage, or of stage 1.
+    pub lanes: i32,
+    /// A two-stage group's repartition topic and its partitions (the stage-2 tasks).
+    pub shuffle: Option<(String, i32)>,
+    pub ledger: String,
+}
+
+impl Layout {
+    fn of(pipeline: &Pipeline, group: &str, input: &str, lanes: i32) -> Self {
+        let two_stage = matches!(pipeline.stateful.as_ref().map(|s| &s.keyed), Some(Keyed::Window(_)));
+        // As many stage-2 tasks as stage-1 ones: the parallelism the input already asks for.
+        let shuffle = two_stage.then(|| (shuffle::repartition_topic(group), lanes));
+        Self { input: input.to_string(), lanes, shuffle, ledger: ledger_topic(group) }
+    }
+
+    fn topics(&self) -> Vec<&str> {
+        std::iter::once(self.input.as_str()).chain(self.shuffle.as_ref().map(|(t, _)| t.as_str())).collect()
+    }
+
+    fn task(&self, topic: &str, partition: i32) -> Option<TaskId> {
+        if topic == self.input {
+            return Some(TaskId::Input(partition));
+        }
+        self.shuffle.as_ref().filter(|(t, _)| t == topic).map(|_| TaskId::Merge(partition))
+    }
+
+    /// The task's partition of the checkpoint topic: stage-1 tasks first, then stage 2's.
+    pub(super) fn ledger_partition(&self, task: TaskId) -> i32 {
+        match task {
+            TaskId::Input(p) => p,
+            TaskId::Merge(q) => self.lanes + q,
+        }
+    }
+
+    fn ledger_partitions(&self) -> i32 {
+        self.lanes + self.shuffle.as_ref().map_or(0, |(_, q)| *q)
+    }
+
+    /// The task's topic and partition, as its name shows them.
+    pub(super) fn source_of(&self, task: TaskId) -> (&str, i32) {
+        match (task, &self.shuffle) {
+            (TaskId::Merge(q), Some((topic, _))) => (topic, q),
+            (TaskId::Input(p) | TaskId::Merge(p), _) => (&self.input, p),
+        }
+    }
+
+    fn describe(&self, tasks: &[TaskId]) -> String {
+        let names: Vec<String> = tasks
+            .iter()
+            .map(|&t| {
+                let (topic, p) = self.source_of(t);
+                format!("{topic}-{p}")
+            })
+            .collect();
+        format!("[{}]", names.join(", "))
+    }
+}
+
 #[derive(Default)]
 struct Held {
-    /// Tasks running, by partition.
-    running: BTreeMap<i32, Running>,
-    /// Partitions assigned and not yet started.
-    assigned: Vec<i32>,
+    /// Tasks running.
+    running: BTreeMap<TaskId, Running>,
+    /// Tasks assigned and not yet started.
+    assigned: Vec<TaskId>,
 }
 
 struct Running {
@@ -83,7 +168,7 @@ struct Running {
 
 /// The membership consumer's context: it stops revoked tasks before the group moves them.
 struct Member {
-    topic: String,
+    layout: Layout,
     held: Arc<Mutex<Held>>,
     /// Totals of the tasks that ended here.
     done: Arc<Mutex<Totals>>,
@@ -101,8 +186,11 @@ impl ClientContext for Member {}
 impl ConsumerContext for Member {
     fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         if let Rebalance::Revoke(tpl) = rebalance {
-            let parts = partitions(tpl, &self.topic);
-            tracing::info!("rebalance: tasks {parts:?} revoked from this process; stopping them");
+            let parts = tasks(tpl, &self.layout);
+            tracing::info!(
+                "rebalance: tasks {} revoked from this process; stopping them",
+                self.layout.describe(&parts)
+            );
             let stopping: Vec<_> = match self.held.lock() {
                 Ok(mut held) => {
                     held.assigned.retain(|p| !parts.contains(p));
@@ -114,7 +202,7 @@ impl ConsumerContext for Member {
                 r.stop.store(true, Ordering::Relaxed);
             }
             for (p, r) in stopping {
-                ended(&self.done, &self.topic, p, r.thread.join());
+                ended(&self.done, &self.layout, p, r.thread.join());
             }
         }
     }
@@ -122,11 +210,11 @@ impl ConsumerContext for Member {
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
-                let parts = partitions(tpl, &self.topic);
+                let parts = tasks(tpl, &self.layout);
                 if parts.is_empty() {
                     return;
                 }
-                tracing::info!("rebalance: tasks {parts:?} assigned to this process");
+                tracing::info!("rebalance: tasks {} assigned to this process", self.layout.describe(&parts));
                 // The member only holds the partitions; the tasks read them.
                 if let Err(e) = consumer.pause(tpl) {
                     tracing::warn!("rebalance: cannot pause the membership consumer: {e}");
@@ -141,13 +229,21 @@ impl ConsumerContext for Member {
     }
 }
 
-fn partitions(tpl: &TopicPartitionList, topic: &str) -> Vec<i32> {
-    tpl.elements().iter().filter(|e| e.topic() == topic).map(|e| e.partition()).collect()
+fn tasks(tpl: &TopicPartitionList, layout: &Layout) -> Vec<TaskId> {
+    let mut tasks: Vec<TaskId> = tpl.elements().iter().filter_map(|e| layout.task(e.topic(), e.partition())).collect();
+    tasks.sort_unstable();
+    tasks
 }
 
 /// Folds a task's end into the totals; returns whether it was fenced.
-fn ended(done: &Mutex<Totals>, topic: &str, partition: i32, r: std::thread::Result<Result<Summary, RunError>>) -> bool {
+fn ended(
+    done: &Mutex<Totals>,
+    layout: &Layout,
+    task: TaskId,
+    r: std::thread::Result<Result<Summary, RunError>>,
+) -> bool {
     let Ok(mut totals) = done.lock() else { return false };
+    let (topic, partition) = layout.source_of(task);
     match r {
         Ok(Ok(s)) => {
             tracing::info!("task {topic}-{partition}: stopped after {} batches", s.batches);
@@ -199,11 +295,11 @@ pub(crate) fn run(
     };
     let topic = source.topics[0].clone();
     let partitions = input_partitions(source, &topic, &stop)?;
-    let ledger = ledger_topic(&group);
-    create_ledger_topic(&source.options, &ledger, partitions, &stop)?;
+    let layout = Layout::of(pipeline, &group, &topic, partitions);
+    create_topics(&source.options, &layout, &group, &stop)?;
     let held = Arc::new(Mutex::new(Held::default()));
     let done = Arc::new(Mutex::new(Totals::default()));
-    let member = Member { topic: topic.clone(), held: held.clone(), done: done.clone() };
+    let member = Member { layout: layout.clone(), held: held.clone(), done: done.clone() };
     let owner = owner();
     let consumer: BaseConsumer<Member> = client_config(
         &[
@@ -220,37 +316,47 @@ pub(crate) fn run(
     )
     .create_with_context(member)
     .map_err(|e| kafka(e, &topic))?;
-    consumer.subscribe(&[&topic]).map_err(|e| kafka(e, &topic))?;
+    let topics = layout.topics();
+    consumer.subscribe(&topics).map_err(|e| kafka(e, &topic))?;
     let cx = Arc::new(TaskContext {
         pipeline: pipeline.clone(),
         runtime,
         checkpoint,
-        ledger_topic: ledger,
+        layout: layout.clone(),
         owner,
         progress_json,
         rollup,
     });
     let report = |always| cx.rollup.report(&pipeline.name, &group, &cx.owner, progress_json, always);
     let mut reported = Instant::now();
-    tracing::info!("{}: joined group {group} for the {partitions} tasks of topic {topic}", pipeline.name);
+    match &layout.shuffle {
+        None => tracing::info!("{}: joined group {group} for the {partitions} tasks of topic {topic}", pipeline.name),
+        Some((shuffle, q)) => tracing::info!(
+            "{}: joined group {group} for the {partitions} stage-1 tasks of topic {topic} and the {q} stage-2 tasks \
+             of {shuffle}",
+            pipeline.name
+        ),
+    }
     while !stop.load(Ordering::Relaxed) {
         // Paused: returns nothing but runs the rebalance callbacks.
         let _ = consumer.poll(POLL);
         let Ok(mut h) = held.lock() else { break };
-        for p in std::mem::take(&mut h.assigned) {
+        for id in std::mem::take(&mut h.assigned) {
             let task_stop = Arc::new(AtomicBool::new(false));
-            let (cx, s, t) = (cx.clone(), task_stop.clone(), topic.clone());
+            let (cx, s) = (cx.clone(), task_stop.clone());
+            let (t, p) = layout.source_of(id);
             let thread = std::thread::Builder::new()
-                .name(format!("task {topic}-{p}"))
-                .spawn(move || task::run(&cx, &t, p, s))
-                .map_err(|e| CheckpointError::file(format!("{topic}-{p}"), format!("cannot start a task: {e}")))?;
-            h.running.insert(p, Running { stop: task_stop, thread });
+                .name(format!("task {t}-{p}"))
+                .spawn(move || task::run(&cx, id, s))
+                .map_err(|e| CheckpointError::file(format!("{t}-{p}"), format!("cannot start a task: {e}")))?;
+            h.running.insert(id, Running { stop: task_stop, thread });
         }
-        let finished: Vec<i32> = h.running.iter().filter(|(_, r)| r.thread.is_finished()).map(|(p, _)| *p).collect();
+        let finished: Vec<TaskId> =
+            h.running.iter().filter(|(_, r)| r.thread.is_finished()).map(|(id, _)| *id).collect();
         let mut fenced = false;
-        for p in finished {
-            if let Some(r) = h.running.remove(&p) {
-                fenced |= ended(&done, &topic, p, r.thread.join());
+        for id in finished {
+            if let Some(r) = h.running.remove(&id) {
+                fenced |= ended(&done, &layout, id, r.thread.join());
             }
         }
         drop(h);
@@ -260,7 +366,7 @@ pub(crate) fn run(
             // revoked, stopped and handed on like any).
             tracing::info!("a task was fenced: this process's view of the group is stale; rejoining it");
             consumer.unsubscribe();
-            consumer.subscribe(&[&topic]).map_err(|e| kafka(e, &topic))?;
+            consumer.subscribe(&topics).map_err(|e| kafka(e, &topic))?;
         }
         if done.lock().map(|d| d.failed.is_some()).unwrap_or(true) {
             break;
@@ -275,8 +381,8 @@ pub(crate) fn run(
     for r in running.values() {
         r.stop.store(true, Ordering::Relaxed);
     }
-    for (p, r) in running {
-        ended(&done, &topic, p, r.thread.join());
+    for (id, r) in running {
+        ended(&done, &layout, id, r.thread.join());
     }
     consumer.unsubscribe();
     drop(consumer);
@@ -326,22 +432,73 @@ fn input_partitions(
     Ok(n)
 }
 
-/// Creates the group's checkpoint topic, compacted, one partition per task, unless it exists.
-fn create_ledger_topic(
+/// Creates the group's topics unless they exist: the checkpoint topic (compacted, a partition
+/// per task of either stage) and, for two stages, the repartition topic (a partition per
+/// stage-2 task) and the changelog (compacted, likewise). Refuses topics of another shape: a
+/// group name used before for another pipeline, or topics made beforehand with other counts.
+fn create_topics(
+    options: &[(String, String)],
+    layout: &Layout,
+    group: &str,
+    stop: &AtomicBool,
+) -> Result<(), RunError> {
+    let compacted = [("cleanup.policy", "compact")];
+    let mut wanted = vec![(layout.ledger.clone(), layout.ledger_partitions(), &compacted[..])];
+    let retention = [("cleanup.policy", "delete"), ("retention.ms", REPARTITION_RETENTION_MS)];
+    if let Some((shuffle, q)) = &layout.shuffle {
+        wanted.push((shuffle.clone(), *q, &retention[..]));
+        wanted.push((shuffle::changelog_topic(group), *q, &compacted[..]));
+    }
+    for (topic, partitions, config) in &wanted {
+        // Created only if missing: topics may also be made beforehand, by whoever may.
+        let mut found = topic_partitions(options, topic, stop)?;
+        if found == 0 {
+            create_topic(options, topic, *partitions, config, stop)?;
+            found = topic_partitions(options, topic, stop)?;
+        }
+        if found != *partitions {
+            return Err(RunError::Source(
+                KafkaError::Topic {
+                    topic: topic.clone(),
+                    message: format!(
+                        "has {found} partitions, and group {group} needs {partitions} for this pipeline: the group \
+                         name was used for another pipeline or input; use a new [scale] group"
+                    ),
+                }
+                .into(),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn topic_partitions(options: &[(String, String)], topic: &str, stop: &AtomicBool) -> Result<i32, RunError> {
+    let consumer: BaseConsumer =
+        client_config(&[], &connection_options(options)).create().map_err(|e| kafka(e, topic))?;
+    let md = with_retry(stop, "reading a topic's partitions", || consumer.fetch_metadata(Some(topic), CALL_TIMEOUT))
+        .map_err(|e| RunError::Source(e.into()))?;
+    Ok(md.topics().first().map_or(0, |t| t.partitions().len()) as i32)
+}
+
+/// Creates `topic` with `partitions` and `config`, unless it exists.
+fn create_topic(
     options: &[(String, String)],
     topic: &str,
     partitions: i32,
+    config: &[(&str, &str)],
     stop: &AtomicBool,
 ) -> Result<(), RunError> {
     let admin: AdminClient<DefaultClientContext> =
         client_config(&[], &connection_options(options)).create().map_err(|e| kafka(e, topic))?;
-    let new =
-        NewTopic::new(topic, partitions, TopicReplication::Fixed(LEDGER_REPLICATION)).set("cleanup.policy", "compact");
+    let mut new = NewTopic::new(topic, partitions, TopicReplication::Fixed(REPLICATION));
+    for (k, v) in config {
+        new = new.set(k, v);
+    }
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
         RunError::Checkpoint(CheckpointError::file(topic, format!("cannot start the admin client: {e}")))
     })?;
     let opts = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
-    let created = with_retry(stop, "creating the group's checkpoint topic", || {
+    let created = with_retry(stop, &format!("creating the group's topic {topic}"), || {
         match rt.block_on(admin.create_topics([&new], &opts)) {
             Err(e) => Err(e),
             Ok(results) => {
