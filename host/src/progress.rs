@@ -313,7 +313,9 @@ impl Progress {
             *t.expectations.entry(name.clone()).or_default() += n;
         }
         let since = std::mem::replace(&mut self.last_batch, Instant::now()).elapsed();
-        let mut err = std::io::stderr().lock();
+        // stderr is locked only to write a line: a tap takes locks of its own (a group's
+        // roll-up writes to stderr while holding its own), and holding stderr across one
+        // deadlocked the two.
         if self.json || self.keep.is_some() || self.tap.is_some() {
             let line = ProgressLine {
                 name: &self.name,
@@ -332,7 +334,7 @@ impl Progress {
             };
             if let Ok(s) = serde_json::to_string(&line) {
                 if self.json {
-                    let _ = writeln!(err, "{s}");
+                    let _ = writeln!(std::io::stderr().lock(), "{s}");
                 }
                 if let Some(path) = &self.keep {
                     keep(path, s.as_bytes());
@@ -348,7 +350,7 @@ impl Progress {
             self.last_line = Instant::now();
             let wm = b.watermark.map_or(String::new(), |w| format!(", watermark {}", show_time(w)));
             let _ = writeln!(
-                err,
+                std::io::stderr().lock(),
                 "[{}] batch {}: {} rows so far, {:.0} rows/s{wm}",
                 self.name,
                 b.batch_id,

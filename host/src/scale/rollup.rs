@@ -88,13 +88,18 @@ impl Rollup {
     /// Writes the roll-up to stderr, a JSON line if `json`, else a log line, if a batch
     /// arrived since the last (or `always`).
     pub(super) fn report(&self, pipeline: &str, group: &str, process: &str, json: bool, always: bool) {
-        let Ok(mut inner) = self.inner.lock() else { return };
-        if !(inner.fresh || always) {
-            return;
-        }
-        inner.fresh = false;
+        // A copy, written with the lock let go: a task's progress writes to stderr and then
+        // takes this lock, so holding it while writing could deadlock the two.
+        let tasks = {
+            let Ok(mut inner) = self.inner.lock() else { return };
+            if !(inner.fresh || always) {
+                return;
+            }
+            inner.fresh = false;
+            inner.tasks.clone()
+        };
         let mut total = Sums::default();
-        for s in inner.tasks.values() {
+        for s in tasks.values() {
             total.num_batches += s.num_batches;
             total.num_input_rows += s.num_input_rows;
             total.num_dead_letters += s.num_dead_letters;
@@ -102,12 +107,12 @@ impl Rollup {
             total.lag += s.lag;
         }
         if json {
-            let line = Line { name: pipeline, group, process, total, tasks: &inner.tasks };
+            let line = Line { name: pipeline, group, process, total, tasks: &tasks };
             if let Ok(s) = serde_json::to_string(&line) {
                 eprintln!("{s}");
             }
         } else {
-            let tasks: Vec<&String> = inner.tasks.keys().collect();
+            let tasks: Vec<&String> = tasks.keys().collect();
             tracing::info!(
                 "{pipeline}: this process ran tasks {tasks:?}: {} batches, {} rows in, {} out, {} dead letters, lag {}",
                 total.num_batches,
