@@ -42,7 +42,7 @@ use serde::{Deserialize, Serialize};
 
 use super::changelog::Changelog;
 use crate::checkpoint::{CheckpointError, Ledger, Planned};
-use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
+use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, connection_options, flush, with_retry};
 use crate::state::StateStore;
 
 /// How long a read of the checkpoint partition waits with nothing arriving before it logs that
@@ -352,8 +352,7 @@ impl KafkaLedger {
                     self.fail(KafkaError::Call { what: "writing a task's checkpoint record".into(), source: e })
                 );
             }
-            let flushed =
-                with_retry(&self.stop, "writing a task's checkpoint record", || self.producer.flush(FLUSH_TIMEOUT));
+            let flushed = with_retry(&self.stop, "writing a task's checkpoint record", || flush(&self.producer));
             flushed.map_err(|e| self.fail(e))?;
             let landed = self.producer.context().0.lock().ok().and_then(|mut s| s.take());
             match landed {
