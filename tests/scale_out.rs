@@ -537,8 +537,9 @@ fn continuous_mode_shares_the_tasks_at_least_once() {
     }
 }
 
-/// Not a test: a measurement for `docs/scale-out.md`. One process without a group, then a group
-/// of one and of two processes, over the same 6-partition topic, interleaved over `ROUNDS`;
+/// Not a test: a measurement of what a group's records cost a stateless pipeline, on tansu.
+/// One process without a group, then a group of one and of two processes, over the same
+/// 6-partition topic, interleaved over `ROUNDS`;
 /// each from the topic's start to every wanted order delivered. Prints orders/s and the mean
 /// plan and commit time per batch (where the group's record writes show).
 ///
@@ -1257,8 +1258,9 @@ fn the_kafka_sink_in_a_group_writes_every_record_once_through_kills() {
     }
 }
 
-/// Not a test: a measurement for `docs/scale-out.md`, on the mock broker. The error rate over
-/// 10-second windows and per user session, of 240,000 orders read from the 6-partition topic:
+/// Not a test: the measurement in `docs/performance.md` ("Scale-out"), on the mock broker. The
+/// error rate over 10-second windows and per user session, of 240,000 orders read from the
+/// 6-partition topic:
 /// by one process without a group (one stage), and by a group of one process and of two (two
 /// stages through the shuffle), interleaved over `ROUNDS`. Throughput is the orders over the time
 /// from the first batch's start to the last batch's end (the progress lines say both), which
