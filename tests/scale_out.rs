@@ -1262,8 +1262,8 @@ fn the_kafka_sink_in_a_group_writes_every_record_once_through_kills() {
 /// error rate over 10-second windows and per user session, of 240,000 orders read from the
 /// 6-partition topic:
 /// by one process without a group (one stage), and by a group of one process and of two (two
-/// stages through the shuffle), interleaved over `ROUNDS`. Throughput is the orders over the time
-/// from the first batch's start to the last batch's end (the progress lines say both), which
+/// stages through the shuffle), interleaved over `WEIR_TEST_ROUNDS` (3). Throughput is the
+/// orders over the time from the first batch's start to the last batch's end (the progress lines say both), which
 /// leaves out start-up and the group's first rebalance (about 3 s on the mock). Prints the
 /// median time of each step of a batch per stage, and the shuffle's cost per order (messages
 /// and bytes in the repartition topic).
@@ -1273,26 +1273,36 @@ fn the_kafka_sink_in_a_group_writes_every_record_once_through_kills() {
 #[ignore]
 fn measure_windows_in_two_stages_against_one() {
     let _alone = one_at_a_time();
-    const ORDERS: u64 = 240_000;
-    const ROUNDS: usize = 3;
+    // The mock keeps 5 MiB per partition: 240,000 orders fit. WEIR_TEST_ON_TANSU measures on
+    // tansu instead, with WEIR_TEST_ORDERS orders (a longer run, where batches reach full size).
+    let on_tansu = std::env::var_os("WEIR_TEST_ON_TANSU").is_some();
+    let orders: u64 = std::env::var("WEIR_TEST_ORDERS").ok().and_then(|n| n.parse().ok()).unwrap_or(240_000);
+    let rounds: usize = std::env::var("WEIR_TEST_ROUNDS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
     let kinds = [
         ("rate", "type = \"tumbling\"\nsize = \"10 seconds\"", "{}"),
         ("sessions", "type = \"session\"\ngap = \"2 seconds\"", "{ key_by_user = true }"),
     ];
-    let groups: Vec<String> = (0..ROUNDS)
+    let groups: Vec<String> = (0..rounds)
         .flat_map(|r| kinds.iter().flat_map(move |(k, _, _)| [format!("{k}{r}x1"), format!("{k}{r}x2")]))
         .collect();
     let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
-    let broker = MockBroker::start(&[], &group_refs);
-    let brokers = broker.brokers.clone();
     let dir = tempfile::tempdir().unwrap();
-    let all = input(dir.path(), ORDERS);
+    let (_mock, _tansu, brokers) = if on_tansu {
+        let tansu = Tansu::start(&dir.path().join("tansu"));
+        tansu.create_topic("orders", PARTITIONS);
+        let brokers = tansu.brokers();
+        (None, Some(tansu), brokers)
+    } else {
+        let mock = MockBroker::start(&[], &group_refs);
+        let brokers = mock.brokers.clone();
+        (Some(mock), None, brokers)
+    };
+    let all = input(dir.path(), orders);
     produce_chunk(&brokers, dir.path(), &all, 0, 1);
     produce_closers(&brokers, dir.path(), &all);
     let references = references(&all, DELAY_MS);
     let mut results: BTreeMap<String, Vec<f64>> = BTreeMap::new();
-    let mut notes = Vec::new();
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         for (kind, window, parse_config) in kinds {
             let want = references[kind].len();
             for (mode, processes) in
@@ -1343,7 +1353,9 @@ fn measure_windows_in_two_stages_against_one() {
                         }
                     }
                 }
-                results.entry(format!("{kind}: {mode}")).or_default().push(ORDERS as f64 / (last - first));
+                let rate = orders as f64 / (last - first);
+                eprintln!("{kind}, {mode}, round {round}: {rate:.0} orders/s");
+                results.entry(format!("{kind}: {mode}")).or_default().push(rate);
                 let medians: Vec<String> = steps
                     .iter_mut()
                     .map(|((stage, k), v)| {
@@ -1351,24 +1363,21 @@ fn measure_windows_in_two_stages_against_one() {
                         format!("{stage} {k} {:.1}", v[v.len() / 2])
                     })
                     .collect();
-                notes.push(format!("{kind}, {mode}, round {round}: median ms per batch: {}", medians.join(", ")));
+                eprintln!("{kind}, {mode}, round {round}: median ms per batch: {}", medians.join(", "));
                 for m in members {
                     m.stop();
                 }
                 if processes > 0 {
                     let (messages, bytes) = topic_size(&brokers, &format!("weir.{group}.repartition"));
-                    notes.push(format!(
+                    eprintln!(
                         "{kind}, {mode}, round {round}: shuffle {messages} messages, {bytes} bytes: {:.4} messages \
                          and {:.2} bytes per order",
-                        messages as f64 / ORDERS as f64,
-                        bytes as f64 / ORDERS as f64
-                    ));
+                        messages as f64 / orders as f64,
+                        bytes as f64 / orders as f64
+                    );
                 }
             }
         }
-    }
-    for n in notes {
-        eprintln!("{n}");
     }
     eprintln!("| pipeline: mode | orders/s, each round |");
     eprintln!("|---|---|");
