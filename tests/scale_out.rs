@@ -348,13 +348,24 @@ fn input(dir: &Path, n: u64) -> Vec<String> {
 /// restarted; a fourth joins mid-run and leaves. Orders arrive throughout, a chunk at a time,
 /// each once the last one's wanted orders are delivered. Every wanted order is in the output
 /// once.
+///
+/// On the mock broker: on tansu this loop passes most runs, but now and then its coordinator
+/// leaves a task held by no member after the victim's restarts, and the loop stalls (see the
+/// two-stage kill loop's comment). WEIR_TEST_ON_TANSU runs it on tansu.
 #[test]
 fn three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let (_mock, _tansu, brokers) = if std::env::var_os("WEIR_TEST_ON_TANSU").is_some() {
+        let tansu = Tansu::start(&dir.path().join("tansu"));
+        tansu.create_topic("orders", PARTITIONS);
+        let brokers = tansu.brokers();
+        (None, Some(tansu), brokers)
+    } else {
+        let mock = MockBroker::start(&["scaled"], &[]);
+        let brokers = mock.brokers.clone();
+        (Some(mock), None, brokers)
+    };
     let p = group_pipeline(dir.path(), &brokers, MICRO_BATCHES);
     let all = input(dir.path(), 24_000);
     const KILLS: usize = 10;
