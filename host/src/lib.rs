@@ -9,10 +9,11 @@
 //! with `side_output` for dead letters and late events and `isolate` for failing plugins.
 //! `pipeline` reads the pipeline file; `progress` reports; `workload` makes the reference
 //! workload, and `native` is its logic as host code, the baseline the sandbox is measured
-//! against. `columns`, `retry` and `kafka` are helpers the others share. `serve` hosts many tenants'
+//! against. `columns`, `bytes`, `retry` and `kafka` are helpers the others share. `serve` hosts many tenants'
 //! pipelines in one process behind an HTTP API.
 
 mod aggregate;
+mod bytes;
 mod checkpoint;
 pub mod cli;
 mod columns;

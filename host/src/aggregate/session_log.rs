@@ -15,6 +15,7 @@
 //! `1` key-length (u32) key start end accumulator-length (u32) accumulator (put), or
 //! `2` key-length key start (delete); integers big-endian.
 
+use crate::bytes::ByteReader;
 use crate::operator::Scope;
 
 /// The most bytes a snapshot writes to one entry.
@@ -74,18 +75,18 @@ pub(super) fn delete(entry: &mut Vec<u8>, key: &[u8], start: i64) {
 
 /// The changes of an entry, in order; an error names what is wrong and where.
 pub(super) fn decode(entry: &[u8]) -> Result<Vec<Change<'_>>, String> {
-    let mut r = Reader { b: entry, i: 0 };
+    let mut r = ByteReader::new(entry);
     let mut out = Vec::new();
-    while r.i < entry.len() {
-        let at = r.i;
+    while r.at() < entry.len() {
+        let at = r.at();
         let op = r.take(1)?[0];
-        let len = r.u32()? as usize;
+        let len = r.u32_be()? as usize;
         let key = r.take(len)?;
-        let start = r.i64()?;
+        let start = r.i64_be()?;
         out.push(match op {
             PUT => {
-                let end = r.i64()?;
-                let n = r.u32()? as usize;
+                let end = r.i64_be()?;
+                let n = r.u32_be()? as usize;
                 Change::Put { key, start, end, acc: r.take(n)? }
             }
             DELETE => Change::Delete { key, start },
@@ -93,31 +94,6 @@ pub(super) fn decode(entry: &[u8]) -> Result<Vec<Change<'_>>, String> {
         });
     }
     Ok(out)
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.i.checked_add(n).filter(|&e| e <= self.b.len());
-        let s = end.map(|e| &self.b[self.i..e]).ok_or_else(|| format!("cut short at byte {}", self.i))?;
-        self.i += n;
-        Ok(s)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        let b = self.take(4)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-
-    fn i64(&mut self) -> Result<i64, String> {
-        let mut a = [0u8; 8];
-        a.copy_from_slice(self.take(8)?);
-        Ok(i64::from_be_bytes(a))
-    }
 }
 
 #[cfg(test)]

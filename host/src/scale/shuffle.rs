@@ -19,6 +19,7 @@
 //! accumulator-length (u32) accumulator. `MESSAGE_BYTES` is part of the format: a build that
 //! cut messages elsewhere would re-run a batch into other parts.
 
+use crate::bytes::ByteReader;
 use std::hash::Hasher;
 
 /// The first bytes of every message: Weir's repartition shuffle, format 1.
@@ -138,36 +139,36 @@ pub(crate) fn encode(header: Header, partials: &[Partial]) -> Vec<Vec<u8>> {
 
 /// A message's header and partials; an error says what is wrong and where.
 pub(crate) fn decode(m: &[u8]) -> Result<(Header, Vec<Partial<'_>>), String> {
-    let mut r = Reader { b: m, i: 0 };
+    let mut r = ByteReader::new(m);
     if r.take(4)? != MAGIC {
         return Err("not a Weir repartition message (format 1)".into());
     }
     let header = Header {
-        lane: r.u32()?,
+        lane: r.u32_le()?,
         task: u128::from_le_bytes(r.array()?),
-        epoch: r.u64()?,
-        batch: r.u64()?,
-        part: r.u32()?,
-        parts: r.u32()?,
-        max_time: r.i64()?,
+        epoch: r.u64_le()?,
+        batch: r.u64_le()?,
+        part: r.u32_le()?,
+        parts: r.u32_le()?,
+        max_time: r.i64_le()?,
     };
     if header.part >= header.parts {
         return Err(format!("part {} of {}", header.part, header.parts));
     }
-    let count = r.u32()? as usize;
+    let count = r.u32_le()? as usize;
     // Each partial takes at least its fixed bytes: a count past that is a lie, not a size to
     // make room for.
     let mut partials = Vec::with_capacity(count.min(m.len() / PARTIAL_OVERHEAD));
     for _ in 0..count {
-        let start = r.i64()?;
-        let end = r.i64()?;
-        let n = r.u32()? as usize;
+        let start = r.i64_le()?;
+        let end = r.i64_le()?;
+        let n = r.u32_le()? as usize;
         let key = r.take(n)?;
-        let n = r.u32()? as usize;
+        let n = r.u32_le()? as usize;
         partials.push(Partial { start, end, key, acc: r.take(n)? });
     }
-    if r.i != m.len() {
-        return Err(format!("{} bytes after the last partial", m.len() - r.i));
+    if r.at() != m.len() {
+        return Err(format!("{} bytes after the last partial", m.len() - r.at()));
     }
     Ok((header, partials))
 }
@@ -187,38 +188,6 @@ pub(crate) fn partial_row(end: i64, acc: &[u8]) -> Vec<u8> {
 pub(crate) fn split_row(row: &[u8]) -> Option<(i64, &[u8])> {
     let (end, acc) = row.split_first_chunk::<8>()?;
     Some((i64::from_le_bytes(*end), acc))
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-    i: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        let end = self.i.checked_add(n).filter(|&e| e <= self.b.len());
-        let s = end.map(|e| &self.b[self.i..e]).ok_or_else(|| format!("cut short at byte {}", self.i))?;
-        self.i += n;
-        Ok(s)
-    }
-
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.array()?))
-    }
-
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.array()?))
-    }
-
-    fn i64(&mut self) -> Result<i64, String> {
-        Ok(i64::from_le_bytes(self.array()?))
-    }
-
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], String> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
 }
 
 #[cfg(test)]
