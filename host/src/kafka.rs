@@ -101,6 +101,15 @@ fn retriable(e: &RdError) -> bool {
     )
 }
 
+/// How often a thread waiting for acknowledgements serves the producer's delivery reports.
+///
+/// It sleeps in between rather than passing a timeout to rdkafka's `poll`: that poll returns
+/// only once its whole timeout is over, even after the report it waited for was served, and it
+/// spins through the timeout's last millisecond (its waits are whole milliseconds), so a short
+/// timeout is a busy loop. A group's tasks each wait for two or three acknowledgements per
+/// batch; spinning through them cost several times the CPU of the batch's own work.
+pub(crate) const ACK_POLL: Duration = Duration::from_millis(1);
+
 /// Waits until everything `producer` was given is acknowledged (or failed: its delivery report
 /// says which), at most [`FLUSH_TIMEOUT`]. Not rdkafka's `flush`, whose poll loop sleeps out
 /// 100 ms slices even after the last acknowledgement has arrived: a group's task writes its
@@ -115,7 +124,7 @@ pub(crate) fn flush<C: ProducerContext>(producer: &BaseProducer<C>) -> Result<()
         if std::time::Instant::now() >= deadline {
             return Err(RdError::Flush(RDKafkaErrorCode::OperationTimedOut));
         }
-        producer.poll(Duration::from_micros(200));
+        std::thread::sleep(ACK_POLL);
     }
 }
 

@@ -38,7 +38,7 @@ use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
 use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::{Barrier, Delivery, RowSink, Rows, SinkError};
-use crate::kafka::{CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
+use crate::kafka::{ACK_POLL, CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
 use crate::pipeline::KafkaSinkConfig;
 
 /// The header carrying a message's batch id (decimal).
@@ -263,7 +263,7 @@ fn wait_for_acks(producer: &BaseProducer<Deliveries>, n: u64) -> Result<(), RdEr
         if Instant::now() >= deadline {
             return Err(RdError::Flush(rdkafka::types::RDKafkaErrorCode::OperationTimedOut));
         }
-        producer.poll(Duration::from_micros(200));
+        std::thread::sleep(ACK_POLL);
     }
 }
 
