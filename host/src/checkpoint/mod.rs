@@ -83,7 +83,12 @@ pub(crate) trait Ledger: Send {
     /// Records a committed batch: the state's record of it (`meta`), before the local commit
     /// (micro-batches) or after it (continuous mode, at-least-once either way). `state` holds
     /// the batch's changes, still staged (micro-batches), for a ledger that records state too.
+    /// It may return before the record has it, once the record's newest commit is this
+    /// directory's: the next [`Ledger::plan`] or [`Ledger::sync`] waits for it, so the local
+    /// state is at most one commit ahead of the record.
     fn commit(&mut self, meta: &[u8], state: &crate::state::StateStore) -> Result<(), CheckpointError>;
+    /// Waits until the record has everything written so far.
+    fn sync(&mut self) -> Result<(), CheckpointError>;
 }
 
 impl CheckpointError {

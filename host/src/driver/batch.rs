@@ -210,7 +210,8 @@ impl Run {
     /// the group offsets.)
     pub(super) fn commit(&mut self, batch_id: u64, end: Offsets, report: &BatchProgress) -> Result<(), RunError> {
         let (meta, committed) = self.records(batch_id, end, report)?;
-        // A group's record first: the local state is then never ahead of it (`scale/task.rs`
+        // A group's record first: the local state is then at most this commit ahead of it,
+        // and only once the record names this directory (`Ledger::commit`; `scale/task.rs`
         // relies on that for the side outputs' lengths).
         if let Some(ledger) = self.ledger.as_mut() {
             ledger.commit(&meta, &self.state)?;

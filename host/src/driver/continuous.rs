@@ -88,7 +88,10 @@ impl Run {
         let meta = std::mem::take(&mut reserve.meta);
         reserve.wait()?;
         if let Some(ledger) = self.ledger.as_mut() {
+            // Continuous mode delivers without plans: the record must have this id before
+            // any delivery uses the ids after it.
             ledger.commit(&meta, &self.state)?;
+            ledger.sync()?;
         }
         // The next id the last commit recorded: ids stay below it plus half the gap.
         let mut committed_next = *batch_id;
@@ -184,6 +187,7 @@ impl Run {
         let Some((at, mut since)) = c.wait()? else { return Ok(()) };
         if let Some(ledger) = self.ledger.as_mut() {
             ledger.commit(&meta, &self.state)?;
+            ledger.sync()?;
         }
         ingest.source.committed(&at);
         since.plugins = self.plugin_metrics();

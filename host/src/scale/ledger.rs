@@ -16,10 +16,18 @@
 //! claim counts only if its epoch is above every epoch before it; any other record counts only
 //! if its epoch is at least the newest. So once a claim for epoch E is in the partition, every
 //! later record of an older owner is ignored by everyone. A plan is confirmed before its batch
-//! runs: the writer reads the partition up to its own record. If a newer claim came first, the
+//! runs: the writer folds the partition up to its own record. If a newer claim came first, the
 //! writer is fenced ([`CheckpointError::Fenced`]) and delivers nothing. If the writer's plan came
 //! first, the new owner reads that plan when it claims, and re-runs it as planned: same
 //! records, same batch id, same rows, which the sink dedupes on (identity, batch id).
+//!
+//! **Confirming without reading back.** Offsets in a partition are given in order, one per
+//! record, and never reused, so a record that lands at the offset right after the last one the
+//! writer has folded has nothing before it the writer has not seen: the writer folds it as it
+//! sent it, with no read. Only a gap (someone else wrote, or a retry left a copy) makes it read
+//! the partition up to its record. Either way every reader folds the same records in the same
+//! order. A commit is not waited for once the record names this owner's directory (see
+//! [`Ledger::commit`]): the next plan waits for it, since it lands before that plan.
 //!
 //! **Compaction** keeps the newest record of each key, and a record's key is its kind and epoch
 //! (`commit-7`). Keyed by kind alone, a zombie's commit written after a newer claim would be the
@@ -29,7 +37,7 @@
 //! task was assigned). A fetch across compacted gaps may hand back records twice (tansu does), so
 //! the fold skips offsets it has applied.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -49,7 +57,13 @@ use crate::state::StateStore;
 /// it is still waiting (and again as often).
 const READ_WARN: Duration = Duration::from_secs(10);
 
-#[derive(Debug, Serialize, Deserialize)]
+/// The reader's `fetch.wait.max.ms`: how long the broker may hold a fetch that finds nothing
+/// new. The reader stays assigned, so this is how often an idle task asks; it reads only when
+/// someone else wrote (a claim, a rebalance), so a record seen a tenth of a second later costs
+/// nothing, while a fetch every 10 ms from every task was a steady load on the broker.
+const READ_WAIT_MS: &str = "100";
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Record {
     epoch: u64,
     identity: String,
@@ -57,7 +71,7 @@ struct Record {
     body: Body,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum Body {
     /// `owner`: who claimed it (host and pid), for `weir inspect` and logs; `meta`, `side` and
@@ -174,9 +188,10 @@ impl Fold {
     }
 }
 
-/// Where the producer's last delivery landed.
+/// Where the producer's deliveries landed, in the order they were reported: one partition's
+/// deliveries are reported in the order its records were sent.
 #[derive(Default)]
-struct Landed(Mutex<Option<Result<i64, rdkafka::error::KafkaError>>>);
+struct Landed(Mutex<Vec<Result<i64, rdkafka::error::KafkaError>>>);
 
 impl ClientContext for Landed {}
 impl ProducerContext for Landed {
@@ -186,8 +201,8 @@ impl ProducerContext for Landed {
             Ok(m) => Ok(m.offset()),
             Err((e, _)) => Err(e.clone()),
         };
-        if let Ok(mut slot) = self.0.lock() {
-            *slot = Some(r);
+        if let Ok(mut landed) = self.0.lock() {
+            landed.push(r);
         }
     }
 }
@@ -205,6 +220,8 @@ pub(crate) struct KafkaLedger {
     producer: BaseProducer<Landed>,
     consumer: BaseConsumer,
     fold: Fold,
+    /// Records sent and not yet folded, oldest first.
+    sent: VecDeque<Record>,
     stop: Arc<AtomicBool>,
     /// A stage-2 task's state, written with each commit.
     changelog: Option<Changelog>,
@@ -229,7 +246,7 @@ impl KafkaLedger {
         .create_with_context(Landed::default())
         .map_err(|e| fail(KafkaError::Config(e)))?;
         let consumer: BaseConsumer = client_config(
-            &[("group.id", "weir-ledger"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", "10")],
+            &[("group.id", "weir-ledger"), ("enable.auto.commit", "false"), ("fetch.wait.max.ms", READ_WAIT_MS)],
             &conn,
         )
         .create()
@@ -247,6 +264,7 @@ impl KafkaLedger {
             producer,
             consumer,
             fold: Fold::default(),
+            sent: VecDeque::new(),
             stop,
             changelog: None,
         };
@@ -278,9 +296,9 @@ impl KafkaLedger {
             plans: ledger.fold.plans.values().cloned().collect(),
             changelog: ledger.fold.changelog,
         };
-        let at = ledger.write(claimed)?;
-        ledger.read_to(at)?;
-        if ledger.fold.claim_at != Some(at) {
+        ledger.send(claimed)?;
+        let at = ledger.confirm()?;
+        if ledger.fold.claim_at != at {
             return Err(CheckpointError::Fenced {
                 task: task.to_string(),
                 epoch: ledger.epoch,
@@ -301,8 +319,8 @@ impl KafkaLedger {
     pub(super) fn adopt(&mut self, mut changelog: Changelog) -> Result<(), CheckpointError> {
         if let Some(meta) = self.fold.meta.clone() {
             let body = Body::Commit { meta, side: self.side.clone(), changelog: Some(self.epoch) };
-            let at = self.write(body)?;
-            self.read_to(at)?;
+            self.send(body)?;
+            self.confirm()?;
             if self.fold.epoch != self.epoch {
                 return Err(CheckpointError::Fenced {
                     task: self.task.clone(),
@@ -333,38 +351,86 @@ impl KafkaLedger {
         CheckpointError::Ledger { task: self.task.clone(), source: Box::new(e) }
     }
 
-    /// Produces `body` under this owner's epoch and returns its offset once the broker has it.
-    fn write(&mut self, body: Body) -> Result<i64, CheckpointError> {
+    /// Sends `body` under this owner's epoch, to land after every record sent before it;
+    /// [`Self::confirm`] waits for it.
+    fn send(&mut self, body: Body) -> Result<(), CheckpointError> {
         let record = Record { epoch: self.epoch, identity: self.identity.clone(), body };
-        let key = record.key();
-        let value = serde_json::to_vec(&record).map_err(|e| {
+        self.produce(&record)?;
+        self.sent.push_back(record);
+        Ok(())
+    }
+
+    fn produce(&self, record: &Record) -> Result<(), CheckpointError> {
+        let value = serde_json::to_vec(record).map_err(|e| {
             CheckpointError::file(format!("{}:{}", self.topic, self.partition), format!("cannot encode: {e}"))
         })?;
-        loop {
-            if let Ok(mut slot) = self.producer.context().0.lock() {
-                *slot = None;
-            }
-            let sent = self
-                .producer
-                .send(BaseRecord::<str, [u8]>::to(&self.topic).partition(self.partition).key(&key).payload(&value));
-            if let Err((e, _)) = sent {
-                return Err(
-                    self.fail(KafkaError::Call { what: "writing a task's checkpoint record".into(), source: e })
-                );
-            }
+        let key = record.key();
+        let sent = self
+            .producer
+            .send(BaseRecord::<str, [u8]>::to(&self.topic).partition(self.partition).key(&key).payload(&value));
+        sent.map_err(|(e, _)| {
+            self.fail(KafkaError::Call { what: "writing a task's checkpoint record".into(), source: e })
+        })
+    }
+
+    /// Waits until every record sent has landed and folds them in, in order (the module's
+    /// opening says how); returns the last one's offset. A record that failed is sent again,
+    /// with every record sent after it, so they land in the order they were sent.
+    fn confirm(&mut self) -> Result<Option<i64>, CheckpointError> {
+        let mut last = None;
+        while !self.sent.is_empty() {
             let flushed = with_retry(&self.stop, "writing a task's checkpoint record", || flush(&self.producer));
             flushed.map_err(|e| self.fail(e))?;
-            let landed = self.producer.context().0.lock().ok().and_then(|mut s| s.take());
-            match landed {
-                Some(Ok(offset)) => return Ok(offset),
-                Some(Err(e)) => {
-                    tracing::warn!("task {}: writing its checkpoint record: {e}; retrying", self.task);
-                    if self.stop.load(Ordering::Relaxed) {
-                        return Err(self.fail(KafkaError::Stopped));
+            let landed = match self.producer.context().0.lock() {
+                Ok(mut landed) => std::mem::take(&mut *landed),
+                Err(_) => Vec::new(),
+            };
+            if landed.len() < self.sent.len() {
+                return Err(self.fail(KafkaError::Stopped));
+            }
+            for result in landed {
+                let Some(record) = self.sent.pop_front() else { break };
+                match result {
+                    Ok(offset) => {
+                        if self.fold.applied.map_or(offset == 0, |a| offset == a + 1) {
+                            self.fold.apply(offset, record);
+                        } else {
+                            self.read_to(offset)?;
+                        }
+                        last = Some(offset);
                     }
-                    std::thread::sleep(Duration::from_millis(100));
+                    Err(e) => {
+                        tracing::warn!("task {}: writing its checkpoint record: {e}; retrying", self.task);
+                        self.sent.push_front(record);
+                        break;
+                    }
                 }
-                None => return Err(self.fail(KafkaError::Stopped)),
+            }
+            if !self.sent.is_empty() {
+                if self.stop.load(Ordering::Relaxed) {
+                    return Err(self.fail(KafkaError::Stopped));
+                }
+                std::thread::sleep(Duration::from_millis(100));
+                // Whatever was reported after the failure is written again behind it.
+                if let Ok(mut landed) = self.producer.context().0.lock() {
+                    landed.clear();
+                }
+                for record in &self.sent {
+                    self.produce(record)?;
+                }
+            }
+        }
+        self.drain();
+        Ok(last)
+    }
+
+    /// Folds what the reader has already fetched, without waiting: records of this owner's,
+    /// already folded, are skipped; anyone else's are seen before the next plan, and the
+    /// reader's queue stays short.
+    fn drain(&mut self) {
+        while let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
+            if let Some(Ok(r)) = m.payload().map(serde_json::from_slice::<Record>) {
+                self.fold.apply(m.offset(), r);
             }
         }
     }
@@ -420,8 +486,8 @@ impl KafkaLedger {
 
 impl Ledger for KafkaLedger {
     fn plan(&mut self, plan: &Planned) -> Result<(), CheckpointError> {
-        let at = self.write(Body::Plan { plan: plan.clone() })?;
-        self.read_to(at)?;
+        self.send(Body::Plan { plan: plan.clone() })?;
+        self.confirm()?;
         if self.fold.epoch != self.epoch {
             return Err(CheckpointError::Fenced { task: self.task.clone(), epoch: self.epoch, newer: self.fold.epoch });
         }
@@ -440,8 +506,27 @@ impl Ledger for KafkaLedger {
             }
             None => None,
         };
-        self.write(Body::Commit { meta, side: self.side.clone(), changelog })?;
+        self.send(Body::Commit { meta, side: self.side.clone(), changelog })?;
+        // Until the record's newest commit is this directory's, the local state must not get
+        // ahead of it (`task.rs`, `make_local`): wait for this one.
+        if self.fold.side != self.side {
+            self.confirm()?;
+        }
         Ok(())
+    }
+
+    fn sync(&mut self) -> Result<(), CheckpointError> {
+        self.confirm().map(|_| ())
+    }
+}
+
+impl Drop for KafkaLedger {
+    /// A commit not yet waited for is sent on its way: without it, the task's next owner would
+    /// run the last batch again (harmless: its rows are deduped, but wasted).
+    fn drop(&mut self) {
+        if !self.sent.is_empty() {
+            let _ = flush(&self.producer);
+        }
     }
 }
 
@@ -470,6 +555,51 @@ mod tests {
             epoch,
             Body::Claim { owner: format!("owner {epoch}"), meta: None, side: None, plans: vec![], changelog: None },
         )
+    }
+
+    /// Against a broker (librdkafka's mock, in process): an owner's records fold without being
+    /// read back while nobody else writes, a newer claim still fences it, and a commit it did
+    /// not wait for is in the record once the ledger is dropped.
+    #[test]
+    fn an_owner_confirms_its_records_and_a_newer_claim_still_fences_it() {
+        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
+        cluster.create_topic("ledger", 1, 1).unwrap();
+        let options = vec![("bootstrap.servers".to_string(), cluster.bootstrap_servers())];
+        let stop = Arc::new(AtomicBool::new(false));
+        let dir = tempfile::tempdir().unwrap();
+        let state = StateStore::open(dir.path()).unwrap();
+        let open = |owner: &str| KafkaLedger::claim(&options, "ledger", 0, "t", owner, stop.clone()).unwrap();
+        let mut a = open("a");
+        a.set_side("dir-a".into());
+        a.plan(&plan(0)).unwrap();
+        a.commit(br#"{"next_batch": 1}"#, &state).unwrap();
+        assert!(a.sent.is_empty(), "the first commit naming this directory is waited for");
+        a.plan(&plan(1)).unwrap();
+        a.commit(br#"{"next_batch": 2}"#, &state).unwrap();
+        assert_eq!(a.sent.len(), 1, "later commits are not waited for");
+        a.plan(&plan(2)).unwrap();
+        assert_eq!((a.fold.epoch, a.fold.next_batch(), a.fold.applied), (1, 2, Some(5)));
+
+        let b = open("b");
+        assert_eq!((b.epoch(), b.restored().next_batch()), (2, 2));
+        assert_eq!(b.restored().plans.keys().copied().collect::<Vec<_>>(), vec![2], "a's open plan is b's to run");
+        match a.plan(&plan(3)) {
+            Err(CheckpointError::Fenced { epoch: 1, newer: 2, .. }) => {}
+            other => panic!("a wrote after b's claim and was not fenced: {other:?}"),
+        }
+        drop(b);
+
+        let mut c = open("c");
+        c.set_side("dir-c".into());
+        c.plan(&plan(2)).unwrap();
+        c.commit(br#"{"next_batch": 3}"#, &state).unwrap();
+        c.plan(&plan(3)).unwrap();
+        c.commit(br#"{"next_batch": 4}"#, &state).unwrap();
+        assert_eq!(c.sent.len(), 1);
+        drop(c);
+        let read = KafkaLedger::read(&options, "ledger", 0, "t", stop.clone()).unwrap();
+        assert_eq!((read.restored().epoch, read.restored().next_batch()), (3, 4));
+        assert_eq!(read.restored().side.as_deref(), Some("dir-c"));
     }
 
     #[test]
