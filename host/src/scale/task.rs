@@ -194,7 +194,11 @@ fn options_for(
         checkpoint: dir,
         progress: Progress::new(task, cx.progress_json, Some(Duration::from_secs(2))).tap(cx.rollup.tap(task)),
         stop: stop.clone(),
-        fsync: true,
+        // The local directory is the working copy; the record is in Kafka, written with every
+        // replica's acknowledgement before the batch's rows go out (its plan, and every commit
+        // before it). A machine crash that loses local writes leaves the local copy behind the
+        // record, and `make_local` rebuilds it; syncing it would buy nothing.
+        fsync: false,
         flush: Flush::AsConfigured { default: false },
         own_share: true,
         ledger: Some(Box::new(ledger)),
@@ -291,10 +295,12 @@ fn dead_letters(p: &Pipeline, dir: &Path, label: &str) -> PathBuf {
 /// Side outputs (dead letters, late events) are this machine's files, cut back at recovery to
 /// the lengths of the last commit. The record's lengths are this directory's only if its last
 /// commit came from here (its `side` is this directory's id): then they are used as they are,
-/// even when the record is a batch ahead of the local state (a crash between the record's
-/// commit and the local one, in that order: `driver/batch.rs`). Otherwise the local state's
-/// lengths are: the local state is never ahead of the record, so every batch whose side
-/// outputs they count is one the record has too.
+/// whether the record is a batch ahead of the local state (a crash between the record's commit
+/// and the local one, in that order: `driver/batch.rs`) or a batch behind it (a crash before
+/// the record's commit, sent, had landed), and the batches after them run again. Otherwise the
+/// local state's lengths are: until the record names this directory, the local state is never
+/// ahead of it (`Ledger::commit` waits), so every batch whose side outputs they count is one
+/// the record has too.
 fn make_local(
     dir: &Path,
     meta: &Metadata,
