@@ -253,6 +253,9 @@ pub(crate) struct Progress {
     /// Where the last batch's record is kept for `weir inspect --json` (the checkpoint's
     /// `progress.json`).
     keep: Option<std::path::PathBuf>,
+    /// When it was last written, and the newer record not written yet ([`KEEP_EVERY`]).
+    kept_at: Option<Instant>,
+    unkept: Option<String>,
     /// Also handed each batch's record (`weir serve`'s API and console).
     tap: Option<std::sync::Arc<dyn Tap>>,
     json: bool,
@@ -272,6 +275,8 @@ impl Progress {
             run_id: uuid::Uuid::now_v7().to_string(),
             last_batch: now,
             keep: None,
+            kept_at: None,
+            unkept: None,
             tap: None,
             json,
             human_every,
@@ -336,11 +341,17 @@ impl Progress {
                 if self.json {
                     let _ = writeln!(std::io::stderr().lock(), "{s}");
                 }
-                if let Some(path) = &self.keep {
-                    keep(path, s.as_bytes());
-                }
                 if let Some(tap) = &self.tap {
                     tap.record(&s);
+                }
+                if let Some(path) = &self.keep {
+                    if self.kept_at.is_none_or(|at| at.elapsed() >= KEEP_EVERY) {
+                        keep(path, s.as_bytes());
+                        self.kept_at = Some(Instant::now());
+                        self.unkept = None;
+                    } else {
+                        self.unkept = Some(s);
+                    }
                 }
             }
         }
@@ -370,12 +381,25 @@ impl Progress {
         self.total.elapsed_s = elapsed.as_secs_f64();
         self.total.rows_per_s = rate(self.total.input_rows, self.total.elapsed_s);
         self.total.final_watermark = watermark;
-        self.total
+        std::mem::take(&mut self.total)
+    }
+}
+
+/// However the run ends, its last batch's record is kept.
+impl Drop for Progress {
+    fn drop(&mut self) {
+        if let (Some(path), Some(record)) = (&self.keep, self.unkept.take()) {
+            keep(path, record.as_bytes());
+        }
     }
 }
 
 /// The last batch's progress record, in the checkpoint directory (`weir inspect --json`).
 pub(crate) const PROGRESS_FILE: &str = "progress.json";
+
+/// How often [`PROGRESS_FILE`] is written at most while a run goes on (and once more at its
+/// end): a new file per batch was a file created and renamed every few milliseconds per task.
+const KEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// Replaces the kept record: written beside it and renamed over it, so a reader sees a whole
 /// one. Not synced: it is a report, not state (a crash may leave an older batch's). A failure is
