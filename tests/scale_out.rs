@@ -1298,7 +1298,7 @@ fn measure_windows_in_two_stages_against_one() {
         .collect();
     let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
-    let (_mock, _tansu, brokers) = if on_tansu {
+    let (mock, _tansu, brokers) = if on_tansu {
         let tansu = Tansu::start(&dir.path().join("tansu"));
         tansu.create_topic("orders", PARTITIONS);
         let brokers = tansu.brokers();
@@ -1308,6 +1308,7 @@ fn measure_windows_in_two_stages_against_one() {
         let brokers = mock.brokers.clone();
         (Some(mock), None, brokers)
     };
+    let broker_pid = mock.as_ref().map(|m| m.child.id());
     let all = input(dir.path(), orders);
     produce_chunk(&brokers, dir.path(), &all, 0, 1);
     produce_closers(&brokers, dir.path(), &all);
@@ -1338,10 +1339,20 @@ fn measure_windows_in_two_stages_against_one() {
                 let members: Vec<Member> =
                     (0..processes.max(1)).map(|i| Member::start(&p, &run.join(format!("cp-{i}")))).collect();
                 let deadline = Instant::now() + PATIENCE;
+                // CPU time of the members and the broker from the first progress line on (start-up
+                // left out), to the last window.
+                let pids = || members.iter().map(|m| m.child.id()).collect::<Vec<_>>();
+                let mut cpu_from = None;
                 while delivered_rows(&out).len() < want {
                     assert!(Instant::now() < deadline, "{kind}, {mode}: the windows never all came");
+                    if cpu_from.is_none() && members.iter().any(|m| !m.tasks.lock().unwrap().is_empty()) {
+                        cpu_from = Some((cpu_seconds(&pids()), broker_pid.map(|b| cpu_seconds(&[b]))));
+                    }
                     std::thread::sleep(Duration::from_millis(20));
                 }
+                let (weir_from, broker_from) = cpu_from.unwrap_or_default();
+                let weir_cpu = cpu_seconds(&pids()) - weir_from;
+                let broker_cpu = broker_pid.map(|b| cpu_seconds(&[b])).zip(broker_from).map(|(t, f)| t - f);
                 // From the first batch's start to the last batch's end, and each step's median.
                 let (mut first, mut last) = (f64::MAX, f64::MIN);
                 let mut steps: BTreeMap<(&str, String), Vec<f64>> = BTreeMap::new();
@@ -1365,8 +1376,14 @@ fn measure_windows_in_two_stages_against_one() {
                     }
                 }
                 let rate = orders as f64 / (last - first);
-                eprintln!("{kind}, {mode}, round {round}: {rate:.0} orders/s");
+                let per_cpu = orders as f64 / weir_cpu;
+                let broker = broker_cpu.map(|b| format!(", the broker's {:.2} CPU-seconds", b));
+                eprintln!(
+                    "{kind}, {mode}, round {round}: {rate:.0} orders/s; {per_cpu:.0} orders per CPU-second of Weir{}",
+                    broker.unwrap_or_default()
+                );
                 results.entry(format!("{kind}: {mode}")).or_default().push(rate);
+                results.entry(format!("{kind}: {mode}, per CPU-second")).or_default().push(per_cpu);
                 let medians: Vec<String> = steps
                     .iter_mut()
                     .map(|((stage, k), v)| {
@@ -1374,7 +1391,17 @@ fn measure_windows_in_two_stages_against_one() {
                         format!("{stage} {k} {:.1}", v[v.len() / 2])
                     })
                     .collect();
-                eprintln!("{kind}, {mode}, round {round}: median ms per batch: {}", medians.join(", "));
+                let batches: Vec<String> = ["stage 1", "stage 2"]
+                    .iter()
+                    .filter_map(|stage| {
+                        steps.get(&(*stage, "totalMs".to_string())).map(|v| format!("{stage} {}", v.len()))
+                    })
+                    .collect();
+                eprintln!(
+                    "{kind}, {mode}, round {round}: batches {}; median ms per batch: {}",
+                    batches.join(", "),
+                    medians.join(", ")
+                );
                 for m in members {
                     m.stop();
                 }
@@ -1396,6 +1423,23 @@ fn measure_windows_in_two_stages_against_one() {
         let rates: Vec<String> = r.iter().map(|rate| format!("{rate:.0}")).collect();
         eprintln!("| {mode} | {} |", rates.join(", "));
     }
+}
+
+/// User and system CPU seconds the processes `pids` have used (`/proc/PID/stat`; a process
+/// gone counts nothing).
+fn cpu_seconds(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf only reads a constant of the system.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    let mut total = 0.0;
+    for pid in pids {
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+        let Some((_, rest)) = stat.rsplit_once(')') else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let field = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+        total += (field(11) + field(12)) / ticks;
+    }
+    total
 }
 
 /// Messages in `topic` and the bytes of their values.
