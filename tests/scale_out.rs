@@ -1289,10 +1289,16 @@ fn measure_windows_in_two_stages_against_one() {
     let on_tansu = std::env::var_os("WEIR_TEST_ON_TANSU").is_some();
     let orders: u64 = std::env::var("WEIR_TEST_ORDERS").ok().and_then(|n| n.parse().ok()).unwrap_or(240_000);
     let rounds: usize = std::env::var("WEIR_TEST_ROUNDS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
-    let kinds = [
+    // WEIR_TEST_KINDS (`rate`, `sessions`) and WEIR_TEST_PROCESSES (`0` one process, one stage;
+    // `1`, `2` a group of so many) narrow the run, to profile one case.
+    let only = |var: &str, what: &str| std::env::var(var).map_or(true, |v| v.split(',').any(|x| x == what));
+    let kinds: Vec<_> = [
         ("rate", "type = \"tumbling\"\nsize = \"10 seconds\"", "{}"),
         ("sessions", "type = \"session\"\ngap = \"2 seconds\"", "{ key_by_user = true }"),
-    ];
+    ]
+    .into_iter()
+    .filter(|(k, _, _)| only("WEIR_TEST_KINDS", k))
+    .collect();
     let groups: Vec<String> = (0..rounds)
         .flat_map(|r| kinds.iter().flat_map(move |(k, _, _)| [format!("{k}{r}x1"), format!("{k}{r}x2")]))
         .collect();
@@ -1315,11 +1321,14 @@ fn measure_windows_in_two_stages_against_one() {
     let references = references(&all, DELAY_MS);
     let mut results: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
-        for (kind, window, parse_config) in kinds {
+        for &(kind, window, parse_config) in &kinds {
             let want = references[kind].len();
             for (mode, processes) in
                 [("one process, one stage", 0usize), ("a group of 1, two stages", 1), ("a group of 2, two stages", 2)]
             {
+                if !only("WEIR_TEST_PROCESSES", &processes.to_string()) {
+                    continue;
+                }
                 let run = dir.path().join(format!("run-{kind}-{round}-{processes}"));
                 let out = run.join("out");
                 std::fs::create_dir_all(&out).unwrap();
