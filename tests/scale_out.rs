@@ -1288,6 +1288,9 @@ fn measure_windows_in_two_stages_against_one() {
     // tansu instead, with WEIR_TEST_ORDERS orders (a longer run, where batches reach full size).
     let on_tansu = std::env::var_os("WEIR_TEST_ON_TANSU").is_some();
     let orders: u64 = std::env::var("WEIR_TEST_ORDERS").ok().and_then(|n| n.parse().ok()).unwrap_or(240_000);
+    // WEIR_TEST_BATCH: the largest batch (`max_offsets_per_trigger`). Small enough that a task's
+    // batches reach it early, it compares the two paths at the same batch size.
+    let max_batch: usize = std::env::var("WEIR_TEST_BATCH").ok().and_then(|n| n.parse().ok()).unwrap_or(50_000);
     let rounds: usize = std::env::var("WEIR_TEST_ROUNDS").ok().and_then(|n| n.parse().ok()).unwrap_or(3);
     // WEIR_TEST_KINDS (`rate`, `sessions`) and WEIR_TEST_PROCESSES (`0` one process, one stage;
     // `1`, `2` a group of so many) narrow the run, to profile one case.
@@ -1338,7 +1341,7 @@ fn measure_windows_in_two_stages_against_one() {
                     "name = \"{kind}\"\n[source]\n{}\nstarting_offsets = \"earliest\"\n[trigger]\n{MICRO_BATCHES}\n\
                      [parse]\nplugin = \"{}\"\nconfig = {parse_config}\n[watermark]\ndelay = \"40 seconds\"\n[window]\n\
                      {window}\n[aggregate]\nplugin = \"{}\"\n{}\n{scale}\n",
-                    kafka_source(&brokers, "orders", 50_000),
+                    kafka_source(&brokers, "orders", max_batch),
                     component("orders_json").display(),
                     component("error_rate").display(),
                     file_sink(&out),
