@@ -276,12 +276,17 @@ impl Member {
 
 /// Produces orders `lines` (a slice of the generated file) round-robin over the partitions.
 fn produce_chunk(brokers: &str, dir: &Path, all: &[String], chunk: usize, of: usize) {
+    produce_chunk_to(brokers, "orders", dir, all, chunk, of);
+}
+
+/// [`produce_chunk`] to `topic`.
+fn produce_chunk_to(brokers: &str, topic: &str, dir: &Path, all: &[String], chunk: usize, of: usize) {
     let per = all.len().div_ceil(of);
     let part: Vec<&String> = all.iter().skip(chunk * per).take(per).collect();
     let file = dir.join(format!("chunk-{chunk}.jsonl"));
     let text: String = part.iter().map(|l| format!("{l}\n")).collect();
     std::fs::write(&file, text).unwrap();
-    produce_lines(brokers, "orders", PARTITIONS as i32, &file, false);
+    produce_lines(brokers, topic, PARTITIONS as i32, &file, false);
 }
 
 /// The ERROR and PENDING order ids of `lines`.
@@ -734,6 +739,11 @@ fn references(lines: &[String], delay: i64) -> BTreeMap<&'static str, Windows> {
 /// past every window, which the watermark then closes. Their own windows never close, and
 /// their users are no input's.
 fn produce_closers(brokers: &str, dir: &Path, lines: &[String]) {
+    produce_closers_to(brokers, "orders", dir, lines);
+}
+
+/// [`produce_closers`] to `topic`.
+fn produce_closers_to(brokers: &str, topic: &str, dir: &Path, lines: &[String]) {
     let max = lines
         .iter()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["order_ts"].as_i64().unwrap())
@@ -751,7 +761,7 @@ fn produce_closers(brokers: &str, dir: &Path, lines: &[String]) {
         .collect();
     let file = dir.join("closers.jsonl");
     std::fs::write(&file, text).unwrap();
-    produce_lines(brokers, "orders", PARTITIONS as i32, &file, false);
+    produce_lines(brokers, topic, PARTITIONS as i32, &file, false);
 }
 
 /// Waits until each pipeline's sink holds as many windows as its reference, then checks they
@@ -1128,12 +1138,14 @@ struct MockBroker {
 
 impl MockBroker {
     /// The broker, with the `orders` and `alerts` topics and those of groups `stateless` (one
-    /// stage) and `windowed` (two stages).
+    /// stage) and `windowed` (two stages), and an input of its own for each windowed group,
+    /// `orders.GROUP` (for a measurement whose input outgrows what the mock keeps).
     fn start(stateless: &[&str], windowed: &[&str]) -> MockBroker {
         let p = PARTITIONS;
         let mut topics = vec![format!("orders:{p}"), format!("alerts:{p}")];
         topics.extend(stateless.iter().map(|g| format!("weir.{g}.checkpoints:{p}")));
         for g in windowed {
+            topics.push(format!("orders.{g}:{p}"));
             topics.push(format!("weir.{g}.checkpoints:{}", 2 * p));
             topics.push(format!("weir.{g}.repartition:{p}"));
             topics.push(format!("weir.{g}.changelog:{p}"));
@@ -1302,8 +1314,15 @@ fn measure_windows_in_two_stages_against_one() {
     .into_iter()
     .filter(|(k, _, _)| only("WEIR_TEST_KINDS", k))
     .collect();
+    // WEIR_TEST_CHUNKS=N (the mock only): each run reads an input of its own, produced in N
+    // chunks while it runs, at most LIVE_AHEAD chunks ahead of what it has committed, so the
+    // input may outgrow the 5 MiB per partition the mock keeps and batches reach full size.
+    let live: Option<usize> = std::env::var("WEIR_TEST_CHUNKS").ok().and_then(|n| n.parse().ok());
+    const LIVE_AHEAD: usize = 3;
     let groups: Vec<String> = (0..rounds)
-        .flat_map(|r| kinds.iter().flat_map(move |(k, _, _)| [format!("{k}{r}x1"), format!("{k}{r}x2")]))
+        .flat_map(|r| {
+            kinds.iter().flat_map(move |(k, _, _)| [format!("{k}{r}x0"), format!("{k}{r}x1"), format!("{k}{r}x2")])
+        })
         .collect();
     let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
@@ -1319,8 +1338,10 @@ fn measure_windows_in_two_stages_against_one() {
     };
     let broker_pid = mock.as_ref().map(|m| m.child.id());
     let all = input(dir.path(), orders);
-    produce_chunk(&brokers, dir.path(), &all, 0, 1);
-    produce_closers(&brokers, dir.path(), &all);
+    if live.is_none() {
+        produce_chunk(&brokers, dir.path(), &all, 0, 1);
+        produce_closers(&brokers, dir.path(), &all);
+    }
     let references = references(&all, DELAY_MS);
     let mut results: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
@@ -1336,12 +1357,20 @@ fn measure_windows_in_two_stages_against_one() {
                 let out = run.join("out");
                 std::fs::create_dir_all(&out).unwrap();
                 let group = format!("{kind}{round}x{processes}");
+                let topic = if live.is_some() { format!("orders.{group}") } else { "orders".to_string() };
+                let mut produced = 0;
+                if let Some(chunks) = live {
+                    while produced < chunks.min(LIVE_AHEAD) {
+                        produce_chunk_to(&brokers, &topic, dir.path(), &all, produced, chunks);
+                        produced += 1;
+                    }
+                }
                 let scale = if processes > 0 { format!("[scale]\ngroup = \"{group}\"") } else { String::new() };
                 let text = format!(
                     "name = \"{kind}\"\n[source]\n{}\nstarting_offsets = \"earliest\"\n[trigger]\n{MICRO_BATCHES}\n\
                      [parse]\nplugin = \"{}\"\nconfig = {parse_config}\n[watermark]\ndelay = \"40 seconds\"\n[window]\n\
                      {window}\n[aggregate]\nplugin = \"{}\"\n{}\n{scale}\n",
-                    kafka_source(&brokers, "orders", max_batch),
+                    kafka_source(&brokers, &topic, max_batch),
                     component("orders_json").display(),
                     component("error_rate").display(),
                     file_sink(&out),
@@ -1355,8 +1384,27 @@ fn measure_windows_in_two_stages_against_one() {
                 // left out), to the last window.
                 let pids = || members.iter().map(|m| m.child.id()).collect::<Vec<_>>();
                 let mut cpu_from = None;
+                let mut closed = live.is_none();
                 while delivered_rows(&out).len() < want {
                     assert!(Instant::now() < deadline, "{kind}, {mode}: the windows never all came");
+                    if let Some(chunks) = live {
+                        // Orders the input's tasks (or the one process) committed.
+                        let read: u64 = members
+                            .iter()
+                            .flat_map(|m| m.tasks.lock().unwrap().clone())
+                            .filter(|v| !v["name"].as_str().unwrap_or("").contains("repartition"))
+                            .map(|v| v["numInputRows"].as_u64().unwrap_or(0))
+                            .sum();
+                        let per = orders.div_ceil(chunks as u64);
+                        while produced < chunks && read >= (produced + 1).saturating_sub(LIVE_AHEAD) as u64 * per {
+                            produce_chunk_to(&brokers, &topic, dir.path(), &all, produced, chunks);
+                            produced += 1;
+                        }
+                        if produced == chunks && !closed {
+                            produce_closers_to(&brokers, &topic, dir.path(), &all);
+                            closed = true;
+                        }
+                    }
                     if cpu_from.is_none() && members.iter().any(|m| !m.tasks.lock().unwrap().is_empty()) {
                         cpu_from = Some((cpu_seconds(&pids()), broker_pid.map(|b| cpu_seconds(&[b]))));
                     }

@@ -445,6 +445,26 @@ mod tests {
     }
 
     #[test]
+    fn the_kept_record_is_written_at_most_once_a_second_and_the_last_at_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let kept = || -> serde_json::Value {
+            serde_json::from_slice(&std::fs::read(dir.path().join(PROGRESS_FILE)).unwrap()).unwrap()
+        };
+        let mut p = Progress::new("t", false, None);
+        p.identify("id", dir.path());
+        let since = Instant::now();
+        p.batch(&BatchProgress { batch_id: 1, ..Default::default() });
+        assert_eq!(kept()["batchId"], 1, "the first batch's record is kept at once");
+        p.batch(&BatchProgress { batch_id: 2, ..Default::default() });
+        p.batch(&BatchProgress { batch_id: 3, ..Default::default() });
+        if since.elapsed() < KEEP_EVERY {
+            assert_eq!(kept()["batchId"], 1, "batches within a second of the last kept are not written");
+        }
+        drop(p);
+        assert_eq!(kept()["batchId"], 3, "the run's end keeps its last batch's record");
+    }
+
+    #[test]
     fn totals_add_up_batches() {
         let mut p = Progress::new("t", false, None);
         p.batch(&BatchProgress { input_rows: 10, late_events: 1, ..Default::default() });
