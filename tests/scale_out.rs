@@ -361,16 +361,8 @@ fn input(dir: &Path, n: u64) -> Vec<String> {
 fn three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let (_mock, _tansu, brokers) = if std::env::var_os("WEIR_TEST_ON_TANSU").is_some() {
-        let tansu = Tansu::start(&dir.path().join("tansu"));
-        tansu.create_topic("orders", PARTITIONS);
-        let brokers = tansu.brokers();
-        (None, Some(tansu), brokers)
-    } else {
-        let mock = MockBroker::start(&["scaled"], &[]);
-        let brokers = mock.brokers.clone();
-        (Some(mock), None, brokers)
-    };
+    let broker = Broker::start(dir.path(), &["scaled"], &[]);
+    let brokers = broker.brokers.clone();
     let p = group_pipeline(dir.path(), &brokers, MICRO_BATCHES);
     let all = input(dir.path(), 24_000);
     const KILLS: usize = 10;
@@ -825,16 +817,8 @@ fn windows_in_two_stages_survive_kills_a_join_and_a_leave() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     // WEIR_TEST_ON_TANSU runs it on tansu instead, to see whether its coordinator still stalls.
-    let (_mock, _tansu, brokers) = if std::env::var_os("WEIR_TEST_ON_TANSU").is_some() {
-        let tansu = Tansu::start(&dir.path().join("tansu"));
-        tansu.create_topic("orders", PARTITIONS);
-        let brokers = tansu.brokers();
-        (None, Some(tansu), brokers)
-    } else {
-        let mock = MockBroker::start(&[], &["rate", "sessions"]);
-        let brokers = mock.brokers.clone();
-        (Some(mock), None, brokers)
-    };
+    let broker = Broker::start(dir.path(), &[], &["rate", "sessions"]);
+    let brokers = broker.brokers.clone();
     let all = windowed_input(dir.path(), 60_000);
     let want = references(&all, DELAY_MS);
     const KILLS: usize = 10;
@@ -1130,6 +1114,28 @@ fn mock_broker_process() {
     let _ = std::io::Read::read_to_string(&mut std::io::stdin(), &mut rest);
 }
 
+/// The broker a test that can run on either uses: librdkafka's mock with the topics of
+/// groups `stateless` and `windowed` ([`MockBroker::start`]), or tansu with `WEIR_TEST_ON_TANSU`
+/// (it makes a group's topics itself). It runs for as long as this lives.
+struct Broker {
+    mock: Option<MockBroker>,
+    _tansu: Option<Tansu>,
+    brokers: String,
+}
+
+impl Broker {
+    fn start(dir: &Path, stateless: &[&str], windowed: &[&str]) -> Broker {
+        if std::env::var_os("WEIR_TEST_ON_TANSU").is_some() {
+            let tansu = Tansu::start(&dir.join("tansu"));
+            tansu.create_topic("orders", PARTITIONS);
+            Broker { brokers: tansu.brokers(), mock: None, _tansu: Some(tansu) }
+        } else {
+            let mock = MockBroker::start(stateless, windowed);
+            Broker { brokers: mock.brokers.clone(), mock: Some(mock), _tansu: None }
+        }
+    }
+}
+
 /// The mock broker in a process of its own; killed when dropped.
 struct MockBroker {
     child: Child,
@@ -1298,7 +1304,6 @@ fn measure_windows_in_two_stages_against_one() {
     let _alone = one_at_a_time();
     // The mock keeps 5 MiB per partition: 240,000 orders fit. WEIR_TEST_ON_TANSU measures on
     // tansu instead, with WEIR_TEST_ORDERS orders (a longer run, where batches reach full size).
-    let on_tansu = std::env::var_os("WEIR_TEST_ON_TANSU").is_some();
     let orders: u64 = std::env::var("WEIR_TEST_ORDERS").ok().and_then(|n| n.parse().ok()).unwrap_or(240_000);
     // WEIR_TEST_BATCH: the largest batch (`max_offsets_per_trigger`). Small enough that a task's
     // batches reach it early, it compares the two paths at the same batch size.
@@ -1326,17 +1331,9 @@ fn measure_windows_in_two_stages_against_one() {
         .collect();
     let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
-    let (mock, _tansu, brokers) = if on_tansu {
-        let tansu = Tansu::start(&dir.path().join("tansu"));
-        tansu.create_topic("orders", PARTITIONS);
-        let brokers = tansu.brokers();
-        (None, Some(tansu), brokers)
-    } else {
-        let mock = MockBroker::start(&[], &group_refs);
-        let brokers = mock.brokers.clone();
-        (Some(mock), None, brokers)
-    };
-    let broker_pid = mock.as_ref().map(|m| m.child.id());
+    let broker = Broker::start(dir.path(), &[], &group_refs);
+    let brokers = broker.brokers.clone();
+    let broker_pid = broker.mock.as_ref().map(|m| m.child.id());
     let all = input(dir.path(), orders);
     if live.is_none() {
         produce_chunk(&brokers, dir.path(), &all, 0, 1);
@@ -1391,9 +1388,12 @@ fn measure_windows_in_two_stages_against_one() {
                         // Orders the input's tasks (or the one process) committed.
                         let read: u64 = members
                             .iter()
-                            .flat_map(|m| m.tasks.lock().unwrap().clone())
-                            .filter(|v| !v["name"].as_str().unwrap_or("").contains("repartition"))
-                            .map(|v| v["numInputRows"].as_u64().unwrap_or(0))
+                            .map(|m| {
+                                let tasks = m.tasks.lock().unwrap();
+                                let input =
+                                    tasks.iter().filter(|v| !v["name"].as_str().unwrap_or("").contains("repartition"));
+                                input.map(|v| v["numInputRows"].as_u64().unwrap_or(0)).sum::<u64>()
+                            })
                             .sum();
                         let per = orders.div_ceil(chunks as u64);
                         while produced < chunks && read >= (produced + 1).saturating_sub(LIVE_AHEAD) as u64 * per {
@@ -1437,10 +1437,10 @@ fn measure_windows_in_two_stages_against_one() {
                 }
                 let rate = orders as f64 / (last - first);
                 let per_cpu = orders as f64 / weir_cpu;
-                let broker = broker_cpu.map(|b| format!(", the broker's {:.2} CPU-seconds", b));
+                let broker_line = broker_cpu.map(|b| format!(", the broker's {:.2} CPU-seconds", b));
                 eprintln!(
                     "{kind}, {mode}, round {round}: {rate:.0} orders/s; {per_cpu:.0} orders per CPU-second of Weir{}",
-                    broker.unwrap_or_default()
+                    broker_line.unwrap_or_default()
                 );
                 results.entry(format!("{kind}: {mode}")).or_default().push(rate);
                 results.entry(format!("{kind}: {mode}, per CPU-second")).or_default().push(per_cpu);
