@@ -429,6 +429,9 @@ impl KafkaLedger {
     /// reader's queue stays short.
     fn drain(&mut self) {
         while let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
+            if self.fold.applied.is_some_and(|a| m.offset() <= a) {
+                continue; // Folded already: most often this owner's own record, not parsed again.
+            }
             if let Some(Ok(r)) = m.payload().map(serde_json::from_slice::<Record>) {
                 self.fold.apply(m.offset(), r);
             }
