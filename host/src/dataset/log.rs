@@ -3,7 +3,7 @@
 //! checkpoint recorded, and re-reading up to a recorded end yields the same records again.
 //!
 //! It lives in RocksDB, which Weir already carries for state, rather than a file format of our
-//! own: records are stored in chunks of consecutive offsets (up to a MiB), each a value under
+//! own: records are stored in chunks of consecutive offsets (up to 64 KiB), each a value under
 //! `r` + its first offset (8 bytes, big-endian, so keys sort by offset), and RocksDB's
 //! write-ahead log and sorted files are the segments. That buys what a log needs and a
 //! hand-written one gets wrong: an append is made whole by one atomic, checksummed write, so a
@@ -61,9 +61,11 @@ const MARK: u8 = b'd';
 const ROW: u8 = b'k';
 
 /// Bytes of records one chunk holds before the next begins: an append of a large batch is a
-/// few values of this size, not one value per record (each a key in RocksDB's memtable and
-/// index), nor one huge value.
-const CHUNK_BYTES: usize = 1 << 20;
+/// few dozen values of this size, not one value per record (each a key in RocksDB's memtable
+/// and index), nor a few huge ones. A value is at least one block of a sorted file, and an
+/// ingest reads its file's first and last block to learn its key range: at 1 MiB that was 2 MiB
+/// read back per append, 5% of the appending thread.
+const CHUNK_BYTES: usize = 64 << 10;
 /// Bytes (of keys, values and heads) from which a stream's append is ingested as a sorted
 /// file rather than written through the write-ahead log and memtable, which copy every chunk
 /// twice more before it is in a file. Below it, the file, its sync and the manifest update
@@ -408,7 +410,7 @@ impl Log {
         }
         // One raw iterator, from the chunk that holds `from` (the last one starting at or before
         // it) forward: each chunk is decoded where RocksDB holds it, never copied out (a chunk
-        // is a MiB, and a read of a few thousand records may start mid-chunk).
+        // is 64 KiB, and a read of a few thousand records may start mid-chunk).
         let mut it = self.db.raw_iterator();
         it.seek_for_prev(record_key(from));
         if !it.valid() || it.key().and_then(record_offset).is_none() {

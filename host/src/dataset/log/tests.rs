@@ -220,7 +220,7 @@ fn reads_across_chunks_from_flushed_files_with_or_without_direct_io() {
     let tmpfs = shm.is_dir().then(|| tempfile::tempdir_in(shm).expect("tempdir in /dev/shm"));
     for dir in std::iter::once(&disk).chain(tmpfs.as_ref()) {
         let log = Log::open(dir.path(), false).expect("open");
-        // 3 MiB and more in one append: four chunks.
+        // 3 MiB and more in one append: dozens of chunks.
         let all: Vec<(Vec<u8>, Vec<u8>)> =
             (0..3_500u32).map(|i| (format!("k{i}").into_bytes(), vec![b'a' + (i % 26) as u8; 1_000])).collect();
         append(&log, "w", 0, &all);
