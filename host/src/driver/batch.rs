@@ -34,6 +34,18 @@ fn batch_size(batch_id: u64, max: usize) -> usize {
 
 const FIRST_BATCH: usize = 64;
 
+/// Batches asked for ahead of the one that runs: one being read and one being parsed per parser
+/// instance, so reading and parsing overlap the batch before them. A processing-time trigger
+/// with an interval reads when it fires instead; with none (the default) its batches run back
+/// to back, so the next one's read may as well start while this one runs: asking for it only
+/// when this one ended left the parsers taking turns, one core busy of two.
+fn read_ahead(trigger: Trigger, parsers: usize) -> u64 {
+    match trigger {
+        Trigger::ProcessingTime { interval } if !interval.is_zero() => 1,
+        _ => parsers as u64 + 1,
+    }
+}
+
 /// Checkpoint jobs left running past batches without rows before the loop waits for them anyway
 /// (each batch gives three: its plan's sync, its state's sync, its commits-log entry).
 const MAX_PENDING_SYNCS: usize = 24;
@@ -60,12 +72,7 @@ impl Run {
             },
             bounded,
         };
-        // A processing-time trigger reads when it fires; the others keep a batch being read
-        // and one being parsed per parser instance ahead of the one that runs.
-        let depth = match pipeline.trigger {
-            Trigger::ProcessingTime { .. } => 1,
-            _ => ingest.parsers.len() as u64 + 1,
-        };
+        let depth = read_ahead(pipeline.trigger, ingest.parsers.len());
         let description = ingest.source.description();
         let mut ahead = Ahead::start(ingest)?;
         // What each outstanding ask is for: a re-run's plan, or a new batch.
@@ -484,5 +491,15 @@ mod tests {
         assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
         assert_eq!(batch_size(u64::MAX, 10), 10);
         assert_eq!(batch_size(0, 10), 10);
+    }
+
+    #[test]
+    fn batches_back_to_back_are_read_ahead_and_a_timed_trigger_reads_when_it_fires() {
+        let timed = Trigger::ProcessingTime { interval: Duration::from_secs(1) };
+        let back_to_back = Trigger::ProcessingTime { interval: Duration::ZERO };
+        assert_eq!(read_ahead(timed, 2), 1);
+        assert_eq!(read_ahead(back_to_back, 2), 3);
+        assert_eq!(read_ahead(Trigger::AvailableNow, 2), 3);
+        assert_eq!(read_ahead(Trigger::Once, 4), 5);
     }
 }
