@@ -190,6 +190,7 @@ impl Run {
         }
         let t = Instant::now();
         self.deliver(batch_id, &rows)?;
+        self.spare_rows = rows;
         report.durations.sink_ms = ms(t);
         let t = Instant::now();
         self.commit(batch_id, plan.end.clone(), &report)?;
@@ -319,7 +320,8 @@ impl Run {
         // that went through add up to the batch without the events that failed alone.
         let t = Instant::now();
         let in_force = self.in_force();
-        let mut rows = Rows::default();
+        let mut rows = std::mem::take(&mut self.spare_rows);
+        rows.clear();
         let (op, state) = (&mut self.operator, &mut self.state);
         let (set_aside, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
             let mark = (state.savepoint(), op.mark(), rows.mark());

@@ -119,6 +119,7 @@ impl Run {
                     let parsed = ingest.parse(&batch)?;
                     let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;
                     self.deliver(*batch_id, &rows)?;
+                    self.spare_rows = rows;
                     *batch_id += 1;
                     since.input_rows += report.input_rows;
                     since.events += report.events;

@@ -111,6 +111,7 @@ pub(super) fn start(
         late: late.map(|l| LateEvents::new(l, streams)),
         runtime,
         ledger: opts.ledger.take(),
+        spare_rows: crate::sink::Rows::default(),
     };
     if restored.is_some() {
         let again = match recovered.reruns.len() {

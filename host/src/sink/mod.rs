@@ -77,6 +77,11 @@ impl Rows {
         RowsMark(self.rows.len(), self.keys.len(), self.row_ends.len())
     }
 
+    /// Empties the columns, keeping their capacity.
+    pub(crate) fn clear(&mut self) {
+        self.truncate(RowsMark(0, 0, 0));
+    }
+
     pub(crate) fn truncate(&mut self, m: RowsMark) {
         self.rows.truncate(m.0);
         self.keys.truncate(m.1);
