@@ -164,7 +164,7 @@ struct Run {
     ledger: Option<Box<dyn Ledger>>,
     /// The last batch's rows, once delivered: their columns take the next batch's. A fresh set
     /// grew by doubling to a batch's megabytes every batch, into pages the kernel had to fault
-    /// in and zero (a tenth of a stateless flow's CPU, `perf`).
+    /// in and zero (a seventh of a three-flow project's page faults).
     spare_rows: Rows,
 }
 
