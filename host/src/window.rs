@@ -10,6 +10,8 @@
 //! Session windows are per key: an event opens `[t, t + gap)`, and sessions that intersect (or
 //! touch) merge, together with their accumulators.
 
+use std::ops::Range;
+
 /// How events are windowed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum WindowSpec {
@@ -71,20 +73,21 @@ pub(crate) struct Interval {
     pub id: usize,
 }
 
-/// Merges intervals that intersect or touch; returns each merged interval with the ids it
-/// absorbed. `intervals` must be sorted by start.
-pub(crate) fn merge_sessions(intervals: &[Interval]) -> Vec<(i64, i64, Vec<usize>)> {
-    let mut out: Vec<(i64, i64, Vec<usize>)> = Vec::new();
-    for iv in intervals {
-        match out.last_mut() {
-            Some((_, end, ids)) if iv.start <= *end => {
-                *end = (*end).max(iv.end);
-                ids.push(iv.id);
-            }
-            _ => out.push((iv.start, iv.end, vec![iv.id])),
+/// Merges intervals that intersect or touch: each merged interval, with the range of
+/// `intervals` it absorbed. `intervals` must be sorted by start, so a merged interval's are
+/// contiguous; nothing is allocated per merged interval.
+pub(crate) fn merge_sessions(intervals: &[Interval]) -> impl Iterator<Item = (i64, i64, Range<usize>)> + '_ {
+    let mut next = 0;
+    std::iter::from_fn(move || {
+        let first = intervals.get(next)?;
+        let (from, start, mut end) = (next, first.start, first.end);
+        next += 1;
+        while let Some(iv) = intervals.get(next).filter(|iv| iv.start <= end) {
+            end = end.max(iv.end);
+            next += 1;
         }
-    }
-    out
+        Some((start, end, from..next))
+    })
 }
 
 #[cfg(test)]
@@ -132,8 +135,10 @@ mod tests {
     #[test]
     fn sessions_merge_when_they_intersect_or_touch() {
         let iv = |start, end, id| Interval { start, end, id };
-        let merged = merge_sessions(&[iv(0, 10, 0), iv(10, 20, 1), iv(25, 30, 2), iv(26, 40, 3)]);
-        assert_eq!(merged, vec![(0, 20, vec![0, 1]), (25, 40, vec![2, 3])]);
+        let ivs = [iv(0, 10, 0), iv(10, 20, 1), iv(25, 30, 2), iv(26, 40, 3), iv(28, 29, 4), iv(41, 42, 5)];
+        let merged: Vec<_> = merge_sessions(&ivs).collect();
+        assert_eq!(merged, vec![(0, 20, 0..2), (25, 40, 2..5), (41, 42, 5..6)]);
+        assert_eq!(merge_sessions(&[]).count(), 0);
     }
 
     /// Near the ends of the timeline an event's pane or windows would not fit: it has none,

@@ -157,11 +157,11 @@ fn by_session<'a>(events: &'a EventBatch, gap: i64, set_aside: &mut Processed) -
     for evs in keyed.chunk_by(|a, b| a.0 == b.0) {
         let ivs: Vec<Interval> =
             evs.iter().enumerate().map(|(j, &(_, t, _))| Interval { start: t, end: t + gap, id: j }).collect();
-        for (start, end, ids) in merge_sessions(&ivs) {
+        for (start, end, run) in merge_sessions(&ivs) {
             let g = groups.len() as u32;
             groups.push(Group { start, end, key: evs[0].0 });
-            for id in ids {
-                event_group[evs[id].2 as usize] = g;
+            for iv in &ivs[run] {
+                event_group[evs[iv.id].2 as usize] = g;
             }
         }
     }

@@ -17,12 +17,14 @@
 //! `process` is all or nothing: it changes memory only after the plugin's calls succeeded, so
 //! the failure policy's rollback of a failed call has nothing of this operator's to undo.
 //!
-//! A key is held once, shared (`Key`) by its open sessions, the end index and the batch's list
-//! of changes: with a session per user, copying keys and hashing them with SipHash were a
-//! fifth of the operator's time.
+//! A key with open sessions has a slot, found by one hash lookup per batch; the end index and
+//! the batch's lists of changes name it by the slot's number. With a session per user, copying
+//! keys and hashing them with SipHash were a fifth of the operator's time; then sharing each key
+//! (`Arc`) through the index and the lists still cost a cache miss on its count at every clone
+//! and drop, and a `memcmp` at every tie of ends in the index.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::hash::BuildHasher;
+use std::ops::Range;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
@@ -50,8 +52,17 @@ const END_BYTES: usize = 8;
 /// sessions as a log of changes.
 const FORMAT: u32 = 3;
 
-/// A group key, shared by everything that refers to it.
+/// A group key, held by its slot and the map from keys to slots.
 type Key = Arc<[u8]>;
+
+/// A key's open sessions, by start. A slot without sessions is free: out of the map, its
+/// number on the free list, its key kept until the slot is reused (an absorbed session's
+/// delete, written at the batch's end, still needs it).
+#[derive(Debug)]
+struct Slot {
+    key: Key,
+    open: Vec<Open>,
+}
 
 /// An open session of a key.
 #[derive(Debug, Clone)]
@@ -72,16 +83,20 @@ pub(super) struct SessionOperator {
     mode: OutputMode,
     agg: Box<dyn AggregateFns>,
     policy: Policy,
-    /// Every open session, by key, each key's by start.
-    open: FxHashMap<Key, Vec<Open>>,
-    /// (end, key, start) of every open session: the final ones are a prefix.
-    ends: BTreeSet<(i64, Key, i64)>,
-    /// (key, start) of sessions changed in the current batch: written at its end, and what
+    /// The slot of each key with open sessions.
+    ids: FxHashMap<Key, u32>,
+    /// Every key's open sessions, by slot number.
+    slots: Vec<Slot>,
+    /// Slots without sessions, to reuse.
+    free: Vec<u32>,
+    /// (end, slot, start) of every open session: the final ones are a prefix.
+    ends: BTreeSet<(i64, u32, i64)>,
+    /// (slot, start) of sessions changed in the current batch: written at its end, and what
     /// update mode emits.
-    changed: Vec<(Key, i64)>,
-    /// Stored sessions absorbed into others in the current batch (key, start): deleted at its
+    changed: Vec<(u32, i64)>,
+    /// Stored sessions absorbed into others in the current batch (slot, start): deleted at its
     /// end.
-    absorbed: Vec<(Key, i64)>,
+    absorbed: Vec<(u32, i64)>,
     /// The bytes the open sessions take in a snapshot of the log: when to rewrite it.
     live_bytes: usize,
     /// Where the log stands.
@@ -123,7 +138,9 @@ impl SessionOperator {
             mode,
             agg,
             policy,
-            open: FxHashMap::default(),
+            ids: FxHashMap::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
             ends: BTreeSet::new(),
             changed: Vec::new(),
             absorbed: Vec::new(),
@@ -149,6 +166,23 @@ impl SessionOperator {
         } else {
             t.checked_add(self.gap)
         }
+    }
+
+    /// A slot for `key`, which has none: a free one, or a new one.
+    fn new_slot(&mut self, key: &[u8]) -> u32 {
+        let key = Key::from(key);
+        let id = match self.free.pop() {
+            Some(id) => {
+                self.slots[id as usize].key = key.clone();
+                id
+            }
+            None => {
+                self.slots.push(Slot { key: key.clone(), open: Vec::new() });
+                self.slots.len() as u32 - 1
+            }
+        };
+        self.ids.insert(key, id);
+        id
     }
 
     /// Rewrites the log once it holds `bytes` (tests: to rewrite small states often).
@@ -185,15 +219,16 @@ fn split_session_key(k: &[u8]) -> Result<(Vec<u8>, i64), OperatorError> {
 }
 
 /// A session this batch's events reach, before the plugin's calls.
-struct Session {
+struct Session<'a> {
     start: i64,
     end: i64,
-    key: Key,
-    /// Open sessions this one absorbs (their starts), and their accumulators.
-    starts: Vec<i64>,
-    accs: Vec<Vec<u8>>,
-    /// This batch's events.
-    events: Vec<u32>,
+    key: &'a [u8],
+    /// The key's slot if it has open sessions; `None` for a new key, whose sessions (all of
+    /// the batch's `group`) share the slot made for the first of them.
+    slot: Option<u32>,
+    group: usize,
+    /// The starts of the open sessions it absorbs: a range of the batch's list of them.
+    absorbed: Range<usize>,
 }
 
 impl Operator for SessionOperator {
@@ -255,19 +290,22 @@ impl Operator for SessionOperator {
                 }
             }
         }
-        self.open.clear();
+        self.ids.clear();
+        self.slots.clear();
+        self.free.clear();
         self.ends.clear();
         self.live_bytes = 0;
         let n = sessions.len();
         for ((key, start), (end, acc)) in sessions {
-            // Sessions come in key order: one shared key for all of a key's sessions.
-            let key = match self.open.get_key_value(key.as_slice()) {
-                Some((shared, _)) => shared.clone(),
-                None => Key::from(key),
-            };
-            self.live_bytes += size(&key, &acc);
-            self.ends.insert((end, key.clone(), start));
-            self.open.entry(key).or_default().push(Open { start, end, acc, stored: true, changed: false });
+            // Sessions come in key order: a slot per run of them, in start order.
+            if self.slots.last().is_none_or(|slot| *slot.key != *key) {
+                self.new_slot(&key);
+            }
+            let id = self.slots.len() as u32 - 1;
+            let slot = &mut self.slots[id as usize];
+            self.live_bytes += size(&slot.key, &acc);
+            self.ends.insert((end, id, start));
+            slot.open.push(Open { start, end, acc, stored: true, changed: false });
         }
         // Another layout or other accumulators: the log is written anew, committed with the
         // record of the new format and version.
@@ -301,10 +339,15 @@ impl Operator for SessionOperator {
     ) -> Result<Processed, OperatorError> {
         let closed_before = bound(watermark, self.lateness);
         let mut set_aside = Processed::default();
-        // One sort groups the batch: by a hash of the key first (groups need not be in key
-        // order, and two words compare where two keys would need `memcmp`), then the key, a
-        // key's events by time, ties in input order.
-        let mut keyed: Vec<(u64, &[u8], i64, i64, u32)> = Vec::with_capacity(events.times.len());
+        // The batch grouped by key in one pass (a map from key to group, groups in order of
+        // first appearance), its events laid out group by group (a counting sort: each group's
+        // stay in input order), then each group's sorted by time, ties in input order: a key's
+        // events are few and mostly in order already. One sort of the whole batch by (hash of
+        // the key, key, time) cost more: it compared keys, and moved 48-byte entries.
+        let mut group_of: FxHashMap<&[u8], u32> = FxHashMap::default();
+        let mut keys: Vec<&[u8]> = Vec::new();
+        let mut group_ends: Vec<u32> = Vec::new();
+        let mut placed: Vec<(u32, i64, i64, u32)> = Vec::with_capacity(events.times.len());
         for (i, &t) in events.times.iter().enumerate() {
             let Some(end) = self.end_of(events, i, t) else {
                 let why = format!("event time {t}: its session would end outside the timeline");
@@ -315,103 +358,138 @@ impl Operator for SessionOperator {
                 set_aside.late.push(i as u32);
             } else {
                 let key = columns::item(&events.keys, &events.key_ends, i);
-                keyed.push((rustc_hash::FxBuildHasher.hash_one(key), key, t, end, i as u32));
+                let g = *group_of.entry(key).or_insert_with(|| {
+                    keys.push(key);
+                    group_ends.push(0);
+                    keys.len() as u32 - 1
+                });
+                group_ends[g as usize] += 1;
+                placed.push((g, t, end, i as u32));
             }
         }
-        keyed.sort_unstable();
-        let mut sessions: Vec<Session> = Vec::new();
-        for evs in keyed.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
-            let key = evs[0].1;
-            let (shared, open) = match self.open.get_key_value(key) {
-                Some((shared, open)) => (shared.clone(), open.as_slice()),
-                None => (Key::from(key), &[][..]),
-            };
-            // Intervals: open sessions first (ids < open.len()), then one per event.
-            let mut ivs: Vec<Interval> = Vec::with_capacity(open.len() + evs.len());
-            ivs.extend(open.iter().enumerate().map(|(id, o)| Interval { start: o.start, end: o.end, id }));
-            for (j, &(_, _, t, end, _)) in evs.iter().enumerate() {
-                // Fits: events whose session would not were set aside above.
-                ivs.push(Interval { start: t, end, id: open.len() + j });
+        let mut next: Vec<u32> = Vec::with_capacity(group_ends.len());
+        let mut total = 0;
+        for n in group_ends.iter_mut() {
+            next.push(total);
+            total += *n;
+            *n = total;
+        }
+        let mut keyed: Vec<(i64, i64, u32)> = vec![(0, 0, 0); placed.len()];
+        for &(g, t, end, i) in &placed {
+            keyed[next[g as usize] as usize] = (t, end, i);
+            next[g as usize] += 1;
+        }
+        drop(placed);
+        let mut from = 0;
+        for &to in &group_ends {
+            let evs = &mut keyed[from..to as usize];
+            if !evs.is_sorted() {
+                evs.sort_unstable();
             }
-            ivs.sort_by_key(|iv| (iv.start, iv.id));
-            for (start, end, ids) in merge_sessions(&ivs) {
+            from = to as usize;
+        }
+        // Everything the calls need, laid out as the batch is walked, nothing per session: the
+        // starts of the open sessions each session absorbs, one accumulator per session (those
+        // absorbing several are merged first, in one call), its events as `members`.
+        let mut sessions: Vec<Session> = Vec::new();
+        let mut starts: Vec<i64> = Vec::new();
+        let mut accs: Vec<Vec<u8>> = Vec::new();
+        let (mut flat, mut flat_ends, mut merging) = (Vec::new(), Vec::new(), Vec::new());
+        let mut members: Vec<u32> = Vec::with_capacity(keyed.len());
+        let mut session_ends: Vec<u32> = Vec::new();
+        let mut ivs: Vec<Interval> = Vec::new();
+        let mut from = 0;
+        for (group, (&key, &to)) in keys.iter().zip(&group_ends).enumerate() {
+            let evs = &keyed[from..to as usize];
+            from = to as usize;
+            let slot = self.ids.get(key).copied();
+            let open = slot.map_or(&[][..], |id| self.slots[id as usize].open.as_slice());
+            // Intervals by start, an open session before an event that starts with it: the
+            // key's open sessions (ids < open.len()) and its events, both already in order.
+            ivs.clear();
+            let (mut a, mut b) = (0, 0);
+            while a < open.len() || b < evs.len() {
+                if b == evs.len() || (a < open.len() && open[a].start <= evs[b].0) {
+                    ivs.push(Interval { start: open[a].start, end: open[a].end, id: a });
+                    a += 1;
+                } else {
+                    // Fits: events whose session would not were set aside above.
+                    ivs.push(Interval { start: evs[b].0, end: evs[b].1, id: open.len() + b });
+                    b += 1;
+                }
+            }
+            for (start, end, run) in merge_sessions(&ivs) {
+                let run = &ivs[run];
                 // An open session that no event of this batch reaches stays as it is.
-                if matches!(ids.as_slice(), [id] if *id < open.len()) {
+                if matches!(run, [only] if only.id < open.len()) {
                     continue;
                 }
-                let mut s = Session {
-                    start,
-                    end,
-                    key: shared.clone(),
-                    starts: Vec::new(),
-                    accs: Vec::new(),
-                    events: Vec::new(),
-                };
-                for id in ids {
-                    match open.get(id) {
-                        Some(o) => {
-                            s.starts.push(o.start);
-                            s.accs.push(o.acc.clone());
-                        }
-                        None => s.events.push(evs[id - open.len()].4),
+                let from = starts.len();
+                for iv in run {
+                    match open.get(iv.id) {
+                        Some(o) => starts.push(o.start),
+                        None => members.push(evs[iv.id - open.len()].2),
                     }
                 }
-                sessions.push(s);
+                session_ends.push(members.len() as u32);
+                let mut olds = run.iter().filter_map(|iv| open.get(iv.id));
+                match starts.len() - from {
+                    0 => accs.push(Vec::new()),
+                    1 => accs.push(olds.next().map(|o| o.acc.clone()).unwrap_or_default()),
+                    _ => {
+                        flat.extend(olds.map(|o| o.acc.clone()));
+                        flat_ends.push(flat.len() as u32);
+                        merging.push(accs.len());
+                        accs.push(Vec::new());
+                    }
+                }
+                sessions.push(Session { start, end, key, slot, group, absorbed: from..starts.len() });
             }
         }
         if sessions.is_empty() {
             return Ok(set_aside);
         }
-        // Sessions that swallowed several open ones merge those first, in one call. The
-        // accumulators move into the calls' arguments (they were copied out of memory above).
-        let mut flat = Vec::new();
-        let mut ends = Vec::new();
-        let mut merging = Vec::new();
-        let mut accs: Vec<Vec<u8>> = Vec::with_capacity(sessions.len());
-        for (i, s) in sessions.iter_mut().enumerate() {
-            if s.accs.len() > 1 {
-                flat.append(&mut s.accs);
-                ends.push(flat.len() as u32);
-                merging.push(i);
-                accs.push(Vec::new());
-            } else {
-                accs.push(s.accs.pop().unwrap_or_default());
-            }
-        }
         if !merging.is_empty() {
-            for (&i, acc) in merging.iter().zip(self.agg.merge(&flat, &ends)?) {
+            for (&i, acc) in merging.iter().zip(self.agg.merge(&flat, &flat_ends)?) {
                 accs[i] = acc;
             }
         }
-        let mut members = Vec::new();
-        let mut group_ends = Vec::with_capacity(sessions.len());
-        for s in &sessions {
-            members.extend_from_slice(&s.events);
-            group_ends.push(members.len() as u32);
-        }
-        let updated = self.agg.accumulate(&accs, events, &members, &group_ends)?;
+        let updated = self.agg.accumulate(&accs, events, &members, &session_ends)?;
         // Nothing failed: from here on, memory changes.
+        let mut made: Option<(usize, u32)> = None;
         for (s, acc) in sessions.into_iter().zip(updated) {
-            let list = self.open.entry(s.key.clone()).or_default();
+            let id = match (s.slot, made) {
+                (Some(id), _) => id,
+                (None, Some((group, id))) if group == s.group => id,
+                (None, _) => {
+                    let id = self.new_slot(s.key);
+                    made = Some((s.group, id));
+                    id
+                }
+            };
+            let slot = &mut self.slots[id as usize];
+            let absorbed = &starts[s.absorbed];
             let mut stored = false;
-            list.retain(|o| {
-                if !s.starts.contains(&o.start) {
-                    return true;
-                }
-                self.ends.remove(&(o.end, s.key.clone(), o.start));
-                self.live_bytes = self.live_bytes.saturating_sub(size(&s.key, &o.acc));
-                if o.start == s.start {
-                    stored |= o.stored; // the merged session overwrites it in place
-                } else if o.stored {
-                    self.absorbed.push((s.key.clone(), o.start));
-                }
-                false
-            });
-            self.live_bytes += size(&s.key, &acc);
-            let at = list.partition_point(|o| o.start < s.start);
-            list.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
-            self.ends.insert((s.end, s.key.clone(), s.start));
-            self.changed.push((s.key, s.start));
+            if !absorbed.is_empty() {
+                slot.open.retain(|o| {
+                    if !absorbed.contains(&o.start) {
+                        return true;
+                    }
+                    self.ends.remove(&(o.end, id, o.start));
+                    self.live_bytes = self.live_bytes.saturating_sub(size(&slot.key, &o.acc));
+                    if o.start == s.start {
+                        stored |= o.stored; // the merged session overwrites it in place
+                    } else if o.stored {
+                        self.absorbed.push((id, o.start));
+                    }
+                    false
+                });
+            }
+            self.live_bytes += size(&slot.key, &acc);
+            let at = slot.open.partition_point(|o| o.start < s.start);
+            slot.open.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
+            self.ends.insert((s.end, id, s.start));
+            self.changed.push((id, s.start));
         }
         Ok(set_aside)
     }
@@ -445,45 +523,49 @@ impl SessionOperator {
         // The batch's entry in the log.
         let mut entry = Vec::new();
         let mut out = Vec::new();
-        while let Some((end, key, start)) = self.ends.first().cloned().filter(|(end, _, _)| *end <= now) {
+        while let Some(&(end, id, start)) = self.ends.first().filter(|(end, _, _)| *end <= now) {
             self.ends.pop_first();
-            let Some(list) = self.open.get_mut(&*key) else { continue };
-            let Some(at) = list.iter().position(|o| o.start == start) else { continue };
-            let o = list.remove(at);
-            if list.is_empty() {
-                self.open.remove(&*key);
+            let Some(slot) = self.slots.get_mut(id as usize) else { continue };
+            let Some(at) = slot.open.iter().position(|o| o.start == start) else { continue };
+            let o = slot.open.remove(at);
+            if slot.open.is_empty() {
+                self.ids.remove(&*slot.key);
+                self.free.push(id);
             }
-            self.live_bytes = self.live_bytes.saturating_sub(size(&key, &o.acc));
+            self.live_bytes = self.live_bytes.saturating_sub(size(&slot.key, &o.acc));
             if o.stored {
-                session_log::delete(&mut entry, &key, start);
+                session_log::delete(&mut entry, &slot.key, start);
             }
             let take = match self.mode {
                 OutputMode::Append | OutputMode::Complete => true,
                 OutputMode::Update => o.changed,
             };
             if take {
-                out.push(WindowAcc { start, end, key: key.to_vec(), acc: o.acc });
+                out.push(WindowAcc { start, end, key: slot.key.to_vec(), acc: o.acc });
             }
         }
         if self.mode == OutputMode::Complete {
-            for (key, list) in &self.open {
-                for o in list {
-                    out.push(WindowAcc { start: o.start, end: o.end, key: key.to_vec(), acc: o.acc.clone() });
+            for slot in &self.slots {
+                for o in &slot.open {
+                    out.push(WindowAcc { start: o.start, end: o.end, key: slot.key.to_vec(), acc: o.acc.clone() });
                 }
             }
         }
-        for (key, start) in self.absorbed.drain(..) {
-            session_log::delete(&mut entry, &key, start);
+        // A freed slot still has its key: no slot is reused before the batch's end.
+        for (id, start) in self.absorbed.drain(..) {
+            if let Some(slot) = self.slots.get(id as usize) {
+                session_log::delete(&mut entry, &slot.key, start);
+            }
         }
         // Each changed session still open: written once, and emitted in update mode.
-        for (key, start) in changed {
-            let Some(list) = self.open.get_mut(&*key) else { continue };
-            let Some(o) = list.iter_mut().find(|o| o.start == start && o.changed) else { continue };
+        for (id, start) in changed {
+            let Some(slot) = self.slots.get_mut(id as usize) else { continue };
+            let Some(o) = slot.open.iter_mut().find(|o| o.start == start && o.changed) else { continue };
             o.changed = false;
             o.stored = true;
-            session_log::put(&mut entry, &key, start, o.end, &o.acc);
+            session_log::put(&mut entry, &slot.key, start, o.end, &o.acc);
             if self.mode == OutputMode::Update {
-                out.push(WindowAcc { start, end: o.end, key: key.to_vec(), acc: o.acc.clone() });
+                out.push(WindowAcc { start, end: o.end, key: slot.key.to_vec(), acc: o.acc.clone() });
             }
         }
         let limit = (session_log::REWRITE_FACTOR * self.live_bytes).max(self.rewrite_min);
@@ -504,8 +586,8 @@ impl SessionOperator {
         }
         self.log = Log { first: self.log.next, next: self.log.next, bytes: 0 };
         let mut entry = Vec::new();
-        for (key, list) in &mut self.open {
-            for o in list {
+        for Slot { key, open } in &mut self.slots {
+            for o in open {
                 session_log::put(&mut entry, key, o.start, o.end, &o.acc);
                 o.stored = true;
                 if entry.len() >= session_log::ENTRY_BYTES {
