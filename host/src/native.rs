@@ -110,8 +110,9 @@ impl ParseFns for Orders {
             match self.order(value) {
                 Ok((ts, user)) => {
                     e.times.push(ts);
-                    let key = user.filter(|_| self.key_by_user).map(|u| u.to_string()).unwrap_or_default();
-                    columns::push(&mut e.keys, &mut e.key_ends, key.as_bytes())?;
+                    let mut digits = itoa::Buffer::new();
+                    let key = user.filter(|_| self.key_by_user).map_or(&b""[..], |u| digits.format(u).as_bytes());
+                    columns::push(&mut e.keys, &mut e.key_ends, key)?;
                     columns::push(&mut e.rows, &mut e.row_ends, value)?;
                     e.origins.push(i as u32);
                 }

@@ -29,7 +29,8 @@ impl Parser for Orders {
             _ => None,
         };
         match user.filter(|_| self.key_by_user) {
-            Some(user) => out.emit_json(ts, Some(user.to_string().as_bytes()), record.value),
+            // Formatted on the stack: `to_string` allocated and went through `fmt` per event.
+            Some(user) => out.emit_json(ts, Some(itoa::Buffer::new().format(user).as_bytes()), record.value),
             None => out.emit_json(ts, None, record.value),
         }
     }
