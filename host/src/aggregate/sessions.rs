@@ -424,7 +424,7 @@ impl Operator for SessionOperator {
                 if matches!(run, [only] if only.id < open.len()) {
                     continue;
                 }
-                let from = starts.len();
+                let first = starts.len();
                 for iv in run {
                     match open.get(iv.id) {
                         Some(o) => starts.push(o.start),
@@ -433,7 +433,7 @@ impl Operator for SessionOperator {
                 }
                 session_ends.push(members.len() as u32);
                 let mut olds = run.iter().filter_map(|iv| open.get(iv.id));
-                match starts.len() - from {
+                match starts.len() - first {
                     0 => accs.push(Vec::new()),
                     1 => accs.push(olds.next().map(|o| o.acc.clone()).unwrap_or_default()),
                     _ => {
@@ -443,7 +443,7 @@ impl Operator for SessionOperator {
                         accs.push(Vec::new());
                     }
                 }
-                sessions.push(Session { start, end, key, slot, group, absorbed: from..starts.len() });
+                sessions.push(Session { start, end, key, slot, group, absorbed: first..starts.len() });
             }
         }
         if sessions.is_empty() {

@@ -224,6 +224,23 @@ fn sessions_grow_and_merge_across_batches_per_key() {
     assert_eq!(out, vec![(0, 40, "a".into(), 5)]);
 }
 
+/// A key whose last session leaves frees its slot in the batch that also deletes a session it
+/// absorbed; the slot, reused by another key in the next batch, must not have taken that delete
+/// with it: reopened, the store holds exactly the open sessions.
+#[test]
+fn a_freed_slot_reused_by_another_key_leaves_the_log_right() {
+    let make = || sessions(10)(0, OutputMode::Append);
+    let mut h = Harness::new(make());
+    assert_eq!(h.batch(&[(20, "a")], NONE).1, Vec::<Emitted>::new());
+    // [5, 15) and [12, 22) reach a's stored [20, 30): one session [5, 30), which 30 closes.
+    assert_eq!(h.batch(&[(5, "a"), (12, "a")], 30).1, vec![(5, 30, "a".into(), 3)]);
+    assert_eq!(h.batch(&[(40, "b")], 30).1, Vec::<Emitted>::new());
+    let mut reopened = make();
+    reopened.open(&mut h.state, Some(1)).unwrap();
+    h.op = reopened;
+    assert_eq!(h.batch(&[], i64::MAX).1, vec![(40, 50, "b".into(), 1)], "a's absorbed [20, 30) is gone");
+}
+
 /// Advancing to the horizon emits exactly what advancing to +∞ would, and leaves no state: the
 /// flush at the end of input needs no infinite watermark.
 #[test]
