@@ -219,14 +219,14 @@ fn split_session_key(k: &[u8]) -> Result<(Vec<u8>, i64), OperatorError> {
 }
 
 /// A session this batch's events reach, before the plugin's calls.
-struct Session<'a> {
+struct Session {
     start: i64,
     end: i64,
-    key: &'a [u8],
-    /// The key's slot if it has open sessions; `None` for a new key, whose sessions (all of
-    /// the batch's `group`) share the slot made for the first of them.
-    slot: Option<u32>,
+    /// The key's group in the batch.
     group: usize,
+    /// The key's slot if it has open sessions; `None` for a new key, whose sessions (all of
+    /// its group's) share the slot made for the first of them.
+    slot: Option<u32>,
     /// The starts of the open sessions it absorbs: a range of the batch's list of them.
     absorbed: Range<usize>,
 }
@@ -443,7 +443,7 @@ impl Operator for SessionOperator {
                         accs.push(Vec::new());
                     }
                 }
-                sessions.push(Session { start, end, key, slot, group, absorbed: first..starts.len() });
+                sessions.push(Session { start, end, group, slot, absorbed: first..starts.len() });
             }
         }
         if sessions.is_empty() {
@@ -462,7 +462,7 @@ impl Operator for SessionOperator {
                 (Some(id), _) => id,
                 (None, Some((group, id))) if group == s.group => id,
                 (None, _) => {
-                    let id = self.new_slot(s.key);
+                    let id = self.new_slot(keys[s.group]);
                     made = Some((s.group, id));
                     id
                 }
