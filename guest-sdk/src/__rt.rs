@@ -70,15 +70,19 @@ pub fn transform<T: Transformer>(cell: &OnceLock<T>, input: EventBatch) -> WitRe
     Ok(BatchOutput { events: out.finish(), errors })
 }
 
-fn decode<A: Aggregator>(bytes: &[u8]) -> Result<A::Acc, PluginError> {
+fn decode<A: Aggregator>(a: &A, bytes: &[u8]) -> Result<A::Acc, PluginError> {
     if bytes.is_empty() {
         return Ok(A::Acc::default());
     }
-    serde_json::from_slice(bytes).map_err(|e| PluginError::BadState(format!("accumulator does not decode: {e}")))
+    a.decode_acc(bytes)
 }
 
-fn encode<A: Aggregator>(acc: &A::Acc) -> Result<Vec<u8>, PluginError> {
-    serde_json::to_vec(acc).map_err(|e| PluginError::Internal(format!("accumulator does not encode: {e}")))
+fn encode<A: Aggregator>(a: &A, acc: &A::Acc) -> Result<Vec<u8>, PluginError> {
+    let bytes = a.encode_acc(acc)?;
+    if bytes.is_empty() {
+        return Err(PluginError::Internal("an accumulator encoded to no bytes (empty stands for a new one)".into()));
+    }
+    Ok(bytes)
 }
 
 /// Checks group ends against the number of items they split and yields each group's range.
@@ -113,11 +117,11 @@ pub fn accumulate<A: Aggregator>(
     }
     let mut out = Vec::with_capacity(accs.len());
     for (acc_bytes, range) in accs.iter().zip(groups(&group_ends, members.len())?) {
-        let mut acc = decode::<A>(acc_bytes)?;
+        let mut acc = decode(a, acc_bytes)?;
         for &m in &members[range] {
             a.add(&mut acc, &view.event(m as usize))?;
         }
-        out.push(encode::<A>(&acc)?);
+        out.push(encode(a, &acc)?);
     }
     Ok(out)
 }
@@ -131,9 +135,9 @@ pub fn merge<A: Aggregator>(cell: &OnceLock<A>, accs: Vec<Vec<u8>>, group_ends: 
     for range in groups(&group_ends, accs.len())? {
         let mut acc = A::Acc::default();
         for bytes in &accs[range] {
-            a.merge(&mut acc, decode::<A>(bytes)?);
+            a.merge(&mut acc, decode(a, bytes)?);
         }
-        out.push(encode::<A>(&acc)?);
+        out.push(encode(a, &acc)?);
     }
     Ok(out)
 }
@@ -145,7 +149,7 @@ pub fn finish<A: Aggregator>(cell: &OnceLock<A>, accs: Vec<Vec<u8>>) -> WitResul
     let a = role(cell, A::new)?;
     let mut out = Vec::with_capacity(accs.len());
     for bytes in &accs {
-        let row = match a.finish(&decode::<A>(bytes)?) {
+        let row = match a.finish(&decode(a, bytes)?) {
             Some(row) => serde_json::to_vec(&row)
                 .map_err(|e| PluginError::Internal(format!("result row does not serialize: {e}")))?,
             None => Vec::new(),
@@ -166,7 +170,7 @@ pub fn migrate<A: Aggregator>(cell: &OnceLock<A>, from: u32, accs: Vec<Vec<u8>>)
     let a = role(cell, A::new)?;
     let mut out = Vec::with_capacity(accs.len());
     for bytes in &accs {
-        out.push(encode::<A>(&a.migrate(from, bytes)?)?);
+        out.push(encode(a, &a.migrate(from, bytes)?)?);
     }
     Ok(out)
 }

@@ -172,6 +172,30 @@ pub fn run_aggregator<A: Aggregator>(
     serde_json::from_slice(&row).map(Some).map_err(|e| PluginError::Internal(format!("result row: {e}")))
 }
 
+/// Folds `events` into the accumulator bytes `acc` (empty: a new one), as one call of the
+/// host's: the new bytes, as the host would store them.
+pub fn accumulate<A: Aggregator>(config: &str, events: &[TestEvent], acc: &[u8]) -> Result<Vec<u8>, PluginError> {
+    let cell = role(config, A::new)?;
+    let n = events.len() as u32;
+    let mut out = __rt::accumulate(&cell, vec![acc.to_vec()], event_batch(events), (0..n).collect(), vec![n])
+        .map_err(plugin_error)?;
+    out.pop().ok_or_else(|| PluginError::Internal("no accumulator out".into()))
+}
+
+/// The result row's bytes for the accumulator bytes `acc`, as the host gets them (empty: no row).
+pub fn finish<A: Aggregator>(config: &str, acc: &[u8]) -> Result<Vec<u8>, PluginError> {
+    let cell = role(config, A::new)?;
+    let mut out = __rt::finish(&cell, vec![acc.to_vec()]).map_err(plugin_error)?;
+    out.pop().ok_or_else(|| PluginError::Internal("no row out".into()))
+}
+
+/// Accumulator bytes written by state version `from`, converted to this build's, as the host
+/// migrates a checkpoint.
+pub fn migrate<A: Aggregator>(config: &str, from: u32, accs: &[&[u8]]) -> Result<Vec<Vec<u8>>, PluginError> {
+    let cell = role(config, A::new)?;
+    __rt::migrate(&cell, from, accs.iter().map(|a| a.to_vec()).collect()).map_err(plugin_error)
+}
+
 /// Runs `process` for one key with `state` and `events` (put in event-time order, as the host
 /// does), at watermark `watermark`.
 pub fn run_processor<P: Processor>(
