@@ -139,8 +139,15 @@ impl Runtime {
         // Component-model async costs ~230 ns on every call; no plugin interface is async.
         config.concurrency_support(false);
         #[cfg(feature = "profiling")]
-        if std::env::var("WEIR_PROFILE").as_deref() == Ok("perfmap") {
-            config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        match std::env::var("WEIR_PROFILE").as_deref() {
+            Ok("perfmap") => {
+                config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+            }
+            // With the code itself, for `perf inject --jit` and instruction-level annotation.
+            Ok("jitdump") => {
+                config.profiler(wasmtime::ProfilingStrategy::JitDump);
+            }
+            _ => {}
         }
         let engine = Engine::new(&config).map_err(|e| PluginError::Engine(e.to_string()))?;
 
