@@ -305,7 +305,7 @@ fn a_component_built_for_another_wit_version_is_refused_by_name() {
 #[test]
 fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    // More input has arrived since the first run; the pipeline restarts with the version-2
+    // More input has arrived since the first run; the pipeline restarts with the version-3
     // build of its aggregator.
     let HalfRun { pipeline: p, events, windows } = half_run(dir.path(), 20_000, 12);
     let swap = |text: &str, from: &str, to: &str| {
@@ -315,20 +315,20 @@ fn a_new_plugin_build_migrates_checkpointed_state_or_is_refused() {
     let v2 = swap(&v1, "error_rate", "versioned_count");
     std::fs::write(&p, &v2).unwrap();
     let out = ok(weir().arg("run").arg(&p).env("WEIR_LOG", "info").output().unwrap());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("from state version 1 to 2"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("from state version 2 to 3"));
 
-    // Back to the version-1 build, with windows still open: it cannot read version-2
+    // Back to the version-2 build, with windows still open: it cannot read version-3
     // accumulators, and says so.
     std::fs::write(&p, &v1).unwrap();
     let out = weir().arg("run").arg(&p).output().unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("state version 2") && err.contains("declares state version 1") && err.contains("error_rate.wasm"),
+        err.contains("state version 3") && err.contains("declares state version 2") && err.contains("error_rate.wasm"),
         "{err}"
     );
 
-    // The version-2 build finishes the input: every window as if one build had run throughout.
+    // The version-3 build finishes the input: every window as if one build had run throughout.
     std::fs::write(&p, v2.replace("flush_at_end = false", "flush_at_end = true")).unwrap();
     ok(weir().arg("run").arg(&p).output().unwrap());
     let (kept, _) = kept_orders(&events);

@@ -272,7 +272,7 @@ fn pause_resume_update_with_state_kept_and_a_refused_update_leaves_the_old_run()
     // Back to the old build, which cannot read the new accumulators: refused with the reason,
     // and the new build runs on.
     let r = s.expect(409, "PUT", "/v1/pipelines/errors", Some(&acme), Some(text.as_bytes()));
-    assert!(r["error"].as_str().unwrap().contains("state version 2"), "{r}");
+    assert!(r["error"].as_str().unwrap().contains("state version 3"), "{r}");
     let file = s.call("GET", "/v1/pipelines/errors/file", Some(&acme), None).1;
     assert_eq!(String::from_utf8(file).unwrap(), migrated, "the registry kept the file that runs");
     assert_eq!(s.expect(200, "GET", "/v1/pipelines/errors", Some(&acme), None)["state"], "running");

@@ -1,13 +1,22 @@
 """Error rate per window (and per key, when events are keyed): `count`, `errors` (rows whose
 `status` is `config.error_status`, default "ERROR") and `error_rate` = errors / count. The Python
-twin of plugins/error-rate: the same rows, and the same accumulator bytes
-(`{"count":N,"errors":M}`), so either build can resume the other's checkpoint.
+twin of plugins/error-rate: the same rows, and the same accumulator bytes (state version 2:
+`count` then `errors`, each a little-endian u64), so either build can resume the other's
+checkpoint.
 """
+
+import json
+import struct
 
 import weir
 
+#: What state version 2 stores: two little-endian u64s.
+_ACC = struct.Struct("<QQ")
+
 
 class ErrorRate(weir.Aggregator):
+    STATE_VERSION = 2
+
     def __init__(self, config):
         self.error_status = config.get("error_status", "ERROR", type=str)
 
@@ -28,3 +37,19 @@ class ErrorRate(weir.Aggregator):
         if acc["count"] == 0:
             return None
         return {"count": acc["count"], "errors": acc["errors"], "error_rate": acc["errors"] / acc["count"]}
+
+    def encode_acc(self, acc):
+        return _ACC.pack(acc["count"], acc["errors"])
+
+    def decode_acc(self, data):
+        if len(data) != _ACC.size:
+            raise weir.BadState(f"an accumulator is {_ACC.size} bytes, not {len(data)}")
+        count, errors = _ACC.unpack(data)
+        return {"count": count, "errors": errors}
+
+    def migrate(self, from_version, data):
+        # Version 1 stored the accumulator as JSON: {"count":N,"errors":M}.
+        if from_version == 1:
+            old = json.loads(data)
+            return {"count": old["count"], "errors": old["errors"]}
+        return super().migrate(from_version, data)

@@ -3,6 +3,7 @@
 
 import unittest
 
+import weir
 from weir import testing
 
 from error_rate import ErrorRate
@@ -12,6 +13,10 @@ def orders(*statuses):
     return [testing.event(i, {"order_id": i, "status": s, "order_ts": i}) for i, s in enumerate(statuses)]
 
 
+def counts(count, errors):
+    return count.to_bytes(8, "little") + errors.to_bytes(8, "little")
+
+
 class ErrorRateTest(unittest.TestCase):
     def test_counts_errors_and_their_rate(self):
         row = testing.run_aggregator(ErrorRate, None, orders("OK", "ERROR", "OK", "OK"))
@@ -19,12 +24,20 @@ class ErrorRateTest(unittest.TestCase):
 
     def test_the_row_and_the_accumulator_are_the_rust_plugin_s_bytes(self):
         acc = testing.accumulate(ErrorRate, None, orders(*["OK"] * 49, "ERROR"))
-        self.assertEqual(acc, b'{"count":50,"errors":1}')
+        self.assertEqual(acc, (50).to_bytes(8, "little") + (1).to_bytes(8, "little"))
         self.assertEqual(testing.accumulate(ErrorRate, None, [], acc=acc), acc)
-        rows = [testing.finish(ErrorRate, None, a, raw=True) for a in (acc, b'{"count":1,"errors":1}', b'{"count":20000,"errors":1}')]
+        accs = (acc, counts(1, 1), counts(20000, 1))
+        rows = [testing.finish(ErrorRate, None, a, raw=True) for a in accs]
         # serde_json writes 1.0 and 0.00005 (Python's repr: 1.0 and 5e-05).
         self.assertEqual(rows, [b'{"count":50,"errors":1,"error_rate":0.02}', b'{"count":1,"errors":1,"error_rate":1.0}',
                                 b'{"count":20000,"errors":1,"error_rate":0.00005}'])
+
+    def test_version_one_json_accumulators_migrate_and_others_are_refused(self):
+        self.assertEqual(testing.migrate(ErrorRate, None, 1, [b'{"count":7,"errors":2}']), [counts(7, 2)])
+        with self.assertRaises(weir.PluginError):
+            testing.migrate(ErrorRate, None, 3, [counts(7, 2)])
+        with self.assertRaises(weir.BadState):
+            testing.accumulate(ErrorRate, None, [], acc=b'{"count":7,"errors":2}')
 
     def test_merging_panes_gives_the_same_row(self):
         events = orders("ERROR", "OK", "OK", "ERROR", "OK", "OK", "OK")

@@ -302,6 +302,14 @@ fn test(root: &Path, tansu: PathBuf) -> Result<()> {
         "-t",
         "guest-sdk-python/tests",
     ]))?;
+    // The example plugins' own unit tests, run natively against the SDKs' `testing` modules.
+    for (dir, _) in PYTHON_PLUGINS.iter().filter(|(dir, _)| dir.starts_with("plugins/")) {
+        run(Command::new(&python)
+            .args(["-m", "unittest", "-q"])
+            .current_dir(root.join(dir))
+            .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
+    }
+    run(cargo().args(["test", "--release", "-p", "error-rate"]))?;
     run(cargo().args(["test", "--release"]).env("WEIR_TANSU", tansu).env("WEIR_PYTHON", python))
 }
 

@@ -1,7 +1,7 @@
 //! The error-rate aggregator as a later build would ship it: the accumulator is now
-//! `{"n", "e"}` instead of `plugins/error-rate`'s `{"count", "errors"}`, so it declares state
-//! version 2 and migrates version-1 accumulators. The tests restart a pipeline checkpointed by
-//! `error-rate` with this build (migrated), and the other way round (refused).
+//! `{"n", "e"}` in JSON instead of `plugins/error-rate`'s two little-endian u64s, so it
+//! declares state version 3 and migrates version-2 accumulators. The tests restart a pipeline
+//! checkpointed by `error-rate` with this build (migrated), and the other way round (refused).
 
 use serde::{Deserialize, Serialize};
 use weir_guest::{Aggregator, Config, Event, PluginError, export_plugin};
@@ -14,13 +14,6 @@ struct Acc {
     e: u64,
 }
 
-/// What `plugins/error-rate` (state version 1) writes.
-#[derive(Deserialize)]
-struct AccV1 {
-    count: u64,
-    errors: u64,
-}
-
 #[derive(Serialize)]
 struct Output {
     count: u64,
@@ -31,7 +24,7 @@ struct Output {
 impl Aggregator for ErrorRateV2 {
     type Acc = Acc;
     type Output = Output;
-    const STATE_VERSION: u32 = 2;
+    const STATE_VERSION: u32 = 3;
 
     fn new(_: &Config) -> Result<Self, PluginError> {
         Ok(ErrorRateV2)
@@ -55,10 +48,13 @@ impl Aggregator for ErrorRateV2 {
 
     fn migrate(&self, from: u32, acc: &[u8]) -> Result<Acc, PluginError> {
         match from {
-            1 => {
-                let old: AccV1 = serde_json::from_slice(acc)
-                    .map_err(|e| PluginError::BadState(format!("not a version-1 accumulator: {e}")))?;
-                Ok(Acc { n: old.count, e: old.errors })
+            // What `plugins/error-rate` (state version 2) writes: count, then errors.
+            2 => {
+                let word = |at: usize| acc.get(at..at + 8).and_then(|b| b.try_into().ok()).map(u64::from_le_bytes);
+                match (acc.len(), word(0), word(8)) {
+                    (16, Some(n), Some(e)) => Ok(Acc { n, e }),
+                    _ => Err(PluginError::BadState(format!("not a version-2 accumulator: {} bytes", acc.len()))),
+                }
             }
             v => Err(PluginError::Unsupported(format!("no migration from state version {v}"))),
         }
