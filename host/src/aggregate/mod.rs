@@ -16,6 +16,7 @@ mod emit;
 mod merged;
 mod panes;
 mod partials;
+mod session_ends;
 mod session_log;
 mod sessions;
 

@@ -23,13 +23,14 @@
 //! (`Arc`) through the index and the lists still cost a cache miss on its count at every clone
 //! and drop, and a `memcmp` at every tie of ends in the index.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use super::emit::{self, Policy};
+use super::session_ends::Ends;
 use super::session_log::{self, Change};
 use super::{MIGRATE_CHUNK, WindowAcc, bound, final_at};
 use crate::columns;
@@ -89,8 +90,8 @@ pub(super) struct SessionOperator {
     slots: Vec<Slot>,
     /// Slots without sessions, to reuse.
     free: Vec<u32>,
-    /// (end, slot, start) of every open session: the final ones are a prefix.
-    ends: BTreeSet<(i64, u32, i64)>,
+    /// When the open sessions end (and, until their time, entries of sessions since changed).
+    ends: Ends,
     /// (slot, start) of sessions changed in the current batch: written at its end, and what
     /// update mode emits.
     changed: Vec<(u32, i64)>,
@@ -141,7 +142,7 @@ impl SessionOperator {
             ids: FxHashMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
-            ends: BTreeSet::new(),
+            ends: Ends::default(),
             changed: Vec::new(),
             absorbed: Vec::new(),
             live_bytes: 0,
@@ -304,7 +305,7 @@ impl Operator for SessionOperator {
             let id = self.slots.len() as u32 - 1;
             let slot = &mut self.slots[id as usize];
             self.live_bytes += size(&slot.key, &acc);
-            self.ends.insert((end, id, start));
+            self.ends.add(end, id, start);
             slot.open.push(Open { start, end, acc, stored: true, changed: false });
         }
         // Another layout or other accumulators: the log is written anew, committed with the
@@ -475,7 +476,6 @@ impl Operator for SessionOperator {
                     if !absorbed.contains(&o.start) {
                         return true;
                     }
-                    self.ends.remove(&(o.end, id, o.start));
                     self.live_bytes = self.live_bytes.saturating_sub(size(&slot.key, &o.acc));
                     if o.start == s.start {
                         stored |= o.stored; // the merged session overwrites it in place
@@ -488,7 +488,7 @@ impl Operator for SessionOperator {
             self.live_bytes += size(&slot.key, &acc);
             let at = slot.open.partition_point(|o| o.start < s.start);
             slot.open.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
-            self.ends.insert((s.end, id, s.start));
+            self.ends.add(s.end, id, s.start);
             self.changed.push((id, s.start));
         }
         Ok(set_aside)
@@ -509,7 +509,7 @@ impl Operator for SessionOperator {
     }
 
     fn horizon(&self, _state: &StateStore) -> Result<Option<i64>, OperatorError> {
-        Ok(self.ends.last().map(|(end, _, _)| final_at(*end, self.lateness)))
+        Ok(self.ends.latest().map(|end| final_at(end, self.lateness)))
     }
 }
 
@@ -523,10 +523,10 @@ impl SessionOperator {
         // The batch's entry in the log.
         let mut entry = Vec::new();
         let mut out = Vec::new();
-        while let Some(&(end, id, start)) = self.ends.first().filter(|(end, _, _)| *end <= now) {
-            self.ends.pop_first();
+        for (end, id, start) in self.ends.take_until(now) {
+            // An entry of a session that has since grown, merged or closed names none.
             let Some(slot) = self.slots.get_mut(id as usize) else { continue };
-            let Some(at) = slot.open.iter().position(|o| o.start == start) else { continue };
+            let Some(at) = slot.open.iter().position(|o| o.start == start && o.end == end) else { continue };
             let o = slot.open.remove(at);
             if slot.open.is_empty() {
                 self.ids.remove(&*slot.key);

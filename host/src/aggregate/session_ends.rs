@@ -1,0 +1,115 @@
+//! When the open sessions end: an index from end time to (slot, start), for the watermark to
+//! take the final ones. Entries sit in buckets of [`BUCKET_MS`] of end time, unsorted within a
+//! bucket, so adding one is a push onto a short vector rather than an insert into an ordered
+//! set; a `BTreeSet` of (end, slot, start) with a remove and an insert per changed session per
+//! batch was the largest cost of the session operator's own after the plugin calls.
+//!
+//! Nothing is removed when a session grows, merges into another or moves to another start: its
+//! old entry stays and is skipped when taken (the operator checks each taken entry against the
+//! session it names). So the index may name more sessions than are open, never fewer.
+//!
+//! Invariant: every stale entry's end is at most the end of the open session that replaced it
+//! (sessions only grow, and a merged session ends at the latest of its parts). So when
+//! [`Ends::take_until`] has taken every entry up to a time, no stale entry outlives the
+//! sessions that made it stale, and the latest end ever added that was not taken is an open
+//! session's: the operator's horizon.
+
+use std::collections::BTreeMap;
+
+/// The width of a bucket of end times, in ms. A batch takes whole buckets up to its watermark
+/// and scans the one the watermark falls in; with session gaps of seconds to hours and
+/// watermark delays of minutes, a bucket holds a few hundred entries.
+const BUCKET_MS: i64 = 1_000;
+
+/// (end, slot, start) of the open sessions, and of sessions since changed.
+#[derive(Debug, Default)]
+pub(super) struct Ends {
+    buckets: BTreeMap<i64, Vec<(i64, u32, i64)>>,
+    /// The latest end added and not taken.
+    latest: Option<i64>,
+}
+
+impl Ends {
+    pub(super) fn clear(&mut self) {
+        self.buckets.clear();
+        self.latest = None;
+    }
+
+    /// Adds the session of `slot` starting at `start` and ending at `end`. Adding a session
+    /// twice is harmless: the second entry is taken as stale.
+    pub(super) fn add(&mut self, end: i64, slot: u32, start: i64) {
+        self.buckets.entry(end.div_euclid(BUCKET_MS)).or_default().push((end, slot, start));
+        self.latest = self.latest.max(Some(end));
+    }
+
+    /// The latest end of an open session, if any is open.
+    pub(super) fn latest(&self) -> Option<i64> {
+        self.latest
+    }
+
+    /// Removes and returns every entry that ends at or before `now`, stale ones included, in no
+    /// particular order.
+    pub(super) fn take_until(&mut self, now: i64) -> Vec<(i64, u32, i64)> {
+        let mut taken = Vec::new();
+        let last = now.div_euclid(BUCKET_MS);
+        while let Some(bucket) = self.buckets.first_entry() {
+            match (*bucket.key()).cmp(&last) {
+                std::cmp::Ordering::Less => taken.append(&mut bucket.remove()),
+                std::cmp::Ordering::Equal => {
+                    let entries = bucket.into_mut();
+                    entries.retain(|e| {
+                        let due = e.0 <= now;
+                        if due {
+                            taken.push(*e);
+                        }
+                        !due
+                    });
+                    if entries.is_empty() {
+                        self.buckets.remove(&last);
+                    }
+                    break;
+                }
+                std::cmp::Ordering::Greater => break,
+            }
+        }
+        if self.buckets.is_empty() {
+            self.latest = None;
+        }
+        taken
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Whatever is added, taking up to a time returns exactly the entries due by then, once,
+        /// and `latest` is the latest end still held.
+        #[test]
+        fn takes_exactly_what_is_due(
+            steps in prop::collection::vec(
+                (prop::collection::vec((-5_000i64..5_000, 0u32..4, -50i64..50), 0..20), -6_000i64..6_000),
+                1..20,
+            ),
+        ) {
+            let mut ends = Ends::default();
+            let mut naive: Vec<(i64, u32, i64)> = Vec::new();
+            for (adds, now) in steps {
+                for (end, slot, start) in adds {
+                    ends.add(end, slot, start);
+                    naive.push((end, slot, start));
+                }
+                let mut taken = ends.take_until(now);
+                taken.sort_unstable();
+                let mut due: Vec<_> = naive.iter().copied().filter(|e| e.0 <= now).collect();
+                due.sort_unstable();
+                naive.retain(|e| e.0 > now);
+                prop_assert_eq!(taken, due);
+                prop_assert_eq!(ends.latest(), naive.iter().map(|e| e.0).max());
+            }
+        }
+    }
+}
