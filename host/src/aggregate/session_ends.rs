@@ -6,7 +6,8 @@
 //!
 //! Nothing is removed when a session grows, merges into another or moves to another start: its
 //! old entry stays and is skipped when taken (the operator checks each taken entry against the
-//! session it names). So the index may name more sessions than are open, never fewer.
+//! session it names). So the index may name more sessions than are open, never fewer; a stale
+//! entry leaves when the watermark passes its end, as the session it stood for would have.
 //!
 //! Invariant: every stale entry's end is at most the end of the open session that replaced it
 //! (sessions only grow, and a merged session ends at the latest of its parts). So when
