@@ -1,8 +1,8 @@
 //! The orders parser and the error-rate aggregator (`plugins/orders-json`,
 //! `plugins/error-rate`) as host code, for comparison only: `weir bench --native` runs the same
 //! pipeline through these stages instead of the plugins, so the difference is what the sandbox
-//! and the Wasm boundary cost. Same logic, same rows out; the accumulator is 16 bytes instead of
-//! the SDK's JSON.
+//! and the Wasm boundary cost. Same logic, same rows out, and the same accumulator bytes as the
+//! plugin's (two little-endian u64s, its state version 2).
 
 use std::path::Path;
 use std::sync::Arc;
