@@ -63,6 +63,10 @@ const POLL: Duration = Duration::from_millis(100);
 /// moves them. librdkafka's default is 45 s; a stream processor's tasks should move sooner.
 const SESSION_TIMEOUT_MS: &str = "10000";
 
+/// How long a stopping process waits to leave its group before it exits without having left
+/// (see [`leave`]); the group then moves its tasks after the session timeout.
+const LEAVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How long a rebalance waits for every member to rejoin (`max.poll.interval.ms`, which the
 /// client sends as its rebalance timeout) unless the pipeline's `kafka.max.poll.interval.ms`
 /// says otherwise. librdkafka's default, 5 minutes, lets a paused member stall the whole group
@@ -384,8 +388,7 @@ pub(crate) fn run(
     for (id, r) in running {
         ended(&done, &layout, id, r.thread.join());
     }
-    consumer.unsubscribe();
-    drop(consumer);
+    leave(consumer);
     report(true);
     let mut totals = std::mem::take(&mut *done.lock().map_err(|_| poisoned())?);
     if let Some(e) = totals.failed.take() {
@@ -395,6 +398,32 @@ pub(crate) fn run(
     summary.elapsed_s = started.elapsed().as_secs_f64();
     summary.rows_per_s = summary.input_rows as f64 / summary.elapsed_s.max(1e-9);
     Ok(summary)
+}
+
+/// Leaves the group, waiting at most [`LEAVE_TIMEOUT`]. librdkafka's close can wait forever
+/// inside the revocation it runs when the group's coordinator does not answer (its
+/// `rd_kafka_assign` waits for the group thread without a timeout: a tansu busy elsewhere left a
+/// process that was asked to stop running for good). This member's tasks are stopped and their
+/// batches committed before it leaves, so one that cannot leave in time is left behind: the
+/// group moves its partitions after the session timeout, as for a killed process.
+fn leave(consumer: BaseConsumer<Member>) {
+    let (left, wait) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new().name("weir-leave".into()).spawn(move || {
+        consumer.unsubscribe();
+        drop(consumer);
+        let _ = left.send(());
+    });
+    match spawned {
+        Ok(_) => {
+            if wait.recv_timeout(LEAVE_TIMEOUT).is_err() {
+                tracing::warn!(
+                    "the group's coordinator did not see this process leave within {LEAVE_TIMEOUT:?}; \
+                     the group moves its tasks once the session times out"
+                );
+            }
+        }
+        Err(e) => tracing::warn!("cannot leave the group on a thread of its own: {e}"),
+    }
 }
 
 fn poisoned() -> RunError {
