@@ -50,6 +50,18 @@ class ErrorRate(weir.Aggregator):
     def migrate(self, from_version, data):
         # Version 1 stored the accumulator as JSON: {"count":N,"errors":M}.
         if from_version == 1:
-            old = json.loads(data)
-            return {"count": old["count"], "errors": old["errors"]}
+            return _version_1(data)
         return super().migrate(from_version, data)
+
+
+def _version_1(data):
+    """Version 1's accumulator, refused as bad state (as the Rust build refuses it) unless it
+    holds two counts that fit a u64."""
+    try:
+        old = json.loads(data)
+    except ValueError as e:
+        raise weir.BadState(f"not a version-1 accumulator: {e}") from None
+    counts = [old.get(name) if isinstance(old, dict) else None for name in ("count", "errors")]
+    if not all(type(n) is int and 0 <= n < 2**64 for n in counts):
+        raise weir.BadState(f"not a version-1 accumulator: {data[:64]!r}")
+    return {"count": counts[0], "errors": counts[1]}

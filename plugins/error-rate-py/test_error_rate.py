@@ -38,6 +38,10 @@ class ErrorRateTest(unittest.TestCase):
             testing.migrate(ErrorRate, None, 3, [counts(7, 2)])
         with self.assertRaises(weir.BadState):
             testing.accumulate(ErrorRate, None, [], acc=b'{"count":7,"errors":2}')
+        for bad in (b'{"count":7', b'[7,2]', b'{"count":true,"errors":0}', b'{"count":-1,"errors":0}',
+                    b'{"count":7}'):
+            with self.subTest(bad=bad), self.assertRaises(weir.BadState):
+                testing.migrate(ErrorRate, None, 1, [bad])
 
     def test_merging_panes_gives_the_same_row(self):
         events = orders("ERROR", "OK", "OK", "ERROR", "OK", "OK", "OK")
