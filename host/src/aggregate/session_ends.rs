@@ -9,6 +9,12 @@
 //! session it names). So the index may name more sessions than are open, never fewer; a stale
 //! entry leaves when the watermark passes its end, as the session it stood for would have.
 //!
+//! Stale entries are bounded: a session that keeps growing leaves one behind at every batch
+//! that moves its end, until the watermark passes that end, so with a long gap they could
+//! outnumber the open sessions many times over. When the entries pass [`STALE_FACTOR`] times
+//! the open sessions, the operator builds the index again from them ([`Ends::due_for_rebuild`]);
+//! the threshold doubles from there, so the rebuilds cost O(1) per entry added.
+//!
 //! Invariant: every stale entry's end is at most the end of the open session that replaced it
 //! (sessions only grow, and a merged session ends at the latest of its parts). So when
 //! [`Ends::take_until`] has taken every entry up to a time, no stale entry outlives the
@@ -18,9 +24,16 @@
 use std::collections::BTreeMap;
 
 /// The width of a bucket of end times, in ms. A batch takes whole buckets up to its watermark
-/// and scans the one the watermark falls in; with session gaps of seconds to hours and
-/// watermark delays of minutes, a bucket holds a few hundred entries.
+/// and scans only the one the watermark falls in, so the width bounds that scan: the sessions
+/// (and stale entries) ending within one second.
 const BUCKET_MS: i64 = 1_000;
+
+/// How many entries per open session the index may hold before it is built again from the
+/// open sessions alone.
+pub(super) const STALE_FACTOR: usize = 4;
+
+/// Below this many entries the index is never rebuilt: small indexes cost nothing to keep.
+const REBUILD_FLOOR: usize = 4_096;
 
 /// (end, slot, start) of the open sessions, and of sessions since changed.
 #[derive(Debug, Default)]
@@ -28,12 +41,30 @@ pub(super) struct Ends {
     buckets: BTreeMap<i64, Vec<(i64, u32, i64)>>,
     /// The latest end added and not taken.
     latest: Option<i64>,
+    /// Entries held, stale ones included.
+    len: usize,
+    /// Entries above which [`Ends::due_for_rebuild`] counts the open sessions again.
+    check_at: usize,
 }
 
 impl Ends {
     pub(super) fn clear(&mut self) {
         self.buckets.clear();
         self.latest = None;
+        self.len = 0;
+    }
+
+    /// Whether the index should be built again from the open sessions: asked after a batch's
+    /// adds, `open` (which counts them) is called only when the entries have doubled since the
+    /// last time it was.
+    pub(super) fn due_for_rebuild(&mut self, open: impl FnOnce() -> usize) -> bool {
+        if self.len <= self.check_at.max(REBUILD_FLOOR) {
+            return false;
+        }
+        let open = open();
+        let due = self.len > STALE_FACTOR * open;
+        self.check_at = 2 * if due { open } else { self.len };
+        due
     }
 
     /// Adds the session of `slot` starting at `start` and ending at `end`. Adding a session
@@ -41,6 +72,13 @@ impl Ends {
     pub(super) fn add(&mut self, end: i64, slot: u32, start: i64) {
         self.buckets.entry(end.div_euclid(BUCKET_MS)).or_default().push((end, slot, start));
         self.latest = self.latest.max(Some(end));
+        self.len += 1;
+    }
+
+    /// Entries held, stale ones included.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.len
     }
 
     /// The latest end of an open session, if any is open.
@@ -76,6 +114,7 @@ impl Ends {
         if self.buckets.is_empty() {
             self.latest = None;
         }
+        self.len -= taken.len();
         taken
     }
 }
@@ -110,7 +149,38 @@ mod tests {
                 naive.retain(|e| e.0 > now);
                 prop_assert_eq!(taken, due);
                 prop_assert_eq!(ends.latest(), naive.iter().map(|e| e.0).max());
+                prop_assert_eq!(ends.len(), naive.len());
             }
         }
+    }
+
+    /// The index is rebuilt only when its entries pass [`STALE_FACTOR`] times the open
+    /// sessions, and then counts them again only after its entries have doubled.
+    #[test]
+    fn a_rebuild_is_due_when_stale_entries_outnumber_the_open_sessions() {
+        let mut ends = Ends::default();
+        let mut counted = 0;
+        for i in 0..REBUILD_FLOOR as i64 {
+            ends.add(i, 0, 0);
+        }
+        assert!(!ends.due_for_rebuild(|| unreachable!("at the floor, nothing is counted")));
+        ends.add(0, 0, 0);
+        // 4,097 entries for 2,000 open sessions: kept, and not counted again until 8,194.
+        assert!(!ends.due_for_rebuild(|| {
+            counted += 1;
+            2_000
+        }));
+        for _ in 0..REBUILD_FLOOR {
+            ends.add(0, 0, 0);
+        }
+        assert!(!ends.due_for_rebuild(|| unreachable!("not yet doubled")));
+        for _ in 0..2 {
+            ends.add(0, 0, 0);
+        }
+        assert!(ends.due_for_rebuild(|| {
+            counted += 1;
+            10
+        }));
+        assert_eq!(counted, 2);
     }
 }

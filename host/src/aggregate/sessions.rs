@@ -192,6 +192,12 @@ impl SessionOperator {
         self.rewrite_min = bytes;
         self
     }
+
+    /// Entries in the end index, stale ones included (tests: that they stay bounded).
+    #[cfg(test)]
+    pub(super) fn index_entries(&self) -> usize {
+        self.ends.len()
+    }
 }
 
 fn format_key() -> Vec<u8> {
@@ -471,6 +477,9 @@ impl Operator for SessionOperator {
             let slot = &mut self.slots[id as usize];
             let absorbed = &starts[s.absorbed];
             let mut stored = false;
+            // Whether the session was open before with the same start and end: its entry in the
+            // end index still names it.
+            let mut indexed = false;
             if !absorbed.is_empty() {
                 slot.open.retain(|o| {
                     if !absorbed.contains(&o.start) {
@@ -479,6 +488,7 @@ impl Operator for SessionOperator {
                     self.live_bytes = self.live_bytes.saturating_sub(size(&slot.key, &o.acc));
                     if o.start == s.start {
                         stored |= o.stored; // the merged session overwrites it in place
+                        indexed = o.end == s.end;
                     } else if o.stored {
                         self.absorbed.push((id, o.start));
                     }
@@ -488,8 +498,14 @@ impl Operator for SessionOperator {
             self.live_bytes += size(&slot.key, &acc);
             let at = slot.open.partition_point(|o| o.start < s.start);
             slot.open.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
-            self.ends.add(s.end, id, s.start);
+            if !indexed {
+                self.ends.add(s.end, id, s.start);
+            }
             self.changed.push((id, s.start));
+        }
+        let slots = &self.slots;
+        if self.ends.due_for_rebuild(|| slots.iter().map(|slot| slot.open.len()).sum()) {
+            self.index_ends();
         }
         Ok(set_aside)
     }
@@ -514,6 +530,16 @@ impl Operator for SessionOperator {
 }
 
 impl SessionOperator {
+    /// Builds the end index again from the open sessions, leaving out its stale entries.
+    fn index_ends(&mut self) {
+        self.ends.clear();
+        for (id, slot) in self.slots.iter().enumerate() {
+            for o in &slot.open {
+                self.ends.add(o.end, id as u32, o.start);
+            }
+        }
+    }
+
     /// The sessions that leave at `watermark` under the output mode (sorted by start, then
     /// key); final ones leave memory and the store. Then the batch's writes: absorbed sessions
     /// deleted, changed ones that are still open written, once each.

@@ -224,6 +224,33 @@ fn sessions_grow_and_merge_across_batches_per_key() {
     assert_eq!(out, vec![(0, 40, "a".into(), 5)]);
 }
 
+/// A long session that grows at every batch leaves a stale entry in the end index each time;
+/// the index is rebuilt from the open sessions before they pile up, and the sessions come out
+/// whole.
+#[test]
+fn sessions_growing_every_batch_keep_the_end_index_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut state = StateStore::open(dir.path()).unwrap();
+    let mut op = sessions::SessionOperator::new(1_000_000, 0, OutputMode::Append, Box::new(Count), policy());
+    op.open(&mut state, None).unwrap();
+    let mut out = Rows::default();
+    let mut most = 0;
+    for b in 0..3_000i64 {
+        // Each key's session grows by 10 ms; an event inside it changes no end.
+        let evs = events(&[(b * 10, "a"), (b * 10, "b"), (b * 10, "c"), (0, "a")]);
+        op.process(&evs, NONE, &mut state, &mut out).unwrap();
+        most = most.max(op.index_entries());
+    }
+    assert!(most <= 4_096 + 3, "{most} entries for 3 open sessions: rebuilt at 4,096");
+    let advanced = op.advance(NONE, i64::MAX, &mut state, &mut out).unwrap();
+    assert_eq!(advanced.emitted, 3);
+    let counts: Vec<u64> = columns::items(&out.rows, &out.row_ends)
+        .map(|r| serde_json::from_slice::<serde_json::Value>(r).unwrap()["count"].as_u64().unwrap())
+        .collect();
+    assert_eq!(counts, vec![6_000, 3_000, 3_000]);
+    assert_eq!(op.index_entries(), 0);
+}
+
 /// A key whose last session leaves frees its slot in the batch that also deletes a session it
 /// absorbed; the slot, reused by another key in the next batch, must not have taken that delete
 /// with it: reopened, the store holds exactly the open sessions.
