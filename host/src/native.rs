@@ -145,6 +145,9 @@ fn is_error(row: &[u8]) -> Result<bool, String> {
     }
 }
 
+/// `plugins/error-rate`'s state version, whose accumulator bytes [`encode`] writes.
+const STATE_VERSION: u32 = 2;
+
 fn decode(acc: &[u8]) -> (u64, u64) {
     match (acc.get(..8), acc.get(8..16)) {
         (Some(c), Some(e)) => {
@@ -220,6 +223,11 @@ impl AggregateFns for ErrorRate {
 
     fn stage(&self) -> &str {
         "native error-rate"
+    }
+
+    /// The plugin's: the same bytes, so the same version.
+    fn state_version(&mut self) -> Result<u32, PluginError> {
+        Ok(STATE_VERSION)
     }
 }
 

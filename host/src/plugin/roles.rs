@@ -257,7 +257,7 @@ pub(crate) trait AggregateFns: Send {
     fn max_call_bytes(&self) -> usize {
         usize::MAX
     }
-    /// The version of the accumulator encoding (host code has one encoding: 1).
+    /// The version of the accumulator encoding: 1 unless a stage says otherwise.
     fn state_version(&mut self) -> Result<u32, PluginError> {
         Ok(1)
     }
