@@ -407,22 +407,38 @@ pub(crate) fn run(
 /// batches committed before it leaves, so one that cannot leave in time is left behind: the
 /// group moves its partitions after the session timeout, as for a killed process.
 fn leave(consumer: BaseConsumer<Member>) {
+    // Held where this thread can take it back: a thread that cannot start must not close the
+    // consumer here, where the close could wait forever.
+    let held = Arc::new(Mutex::new(Some(consumer)));
     let (left, wait) = std::sync::mpsc::channel();
+    let theirs = Arc::clone(&held);
     let spawned = std::thread::Builder::new().name("weir-leave".into()).spawn(move || {
-        consumer.unsubscribe();
-        drop(consumer);
+        let consumer = theirs.lock().ok().and_then(|mut c| c.take());
+        if let Some(consumer) = consumer {
+            consumer.unsubscribe();
+            drop(consumer);
+        }
         let _ = left.send(());
     });
     match spawned {
-        Ok(_) => {
-            if wait.recv_timeout(LEAVE_TIMEOUT).is_err() {
-                tracing::warn!(
-                    "the group's coordinator did not see this process leave within {LEAVE_TIMEOUT:?}; \
-                     the group moves its tasks once the session times out"
-                );
+        Ok(_) => match wait.recv_timeout(LEAVE_TIMEOUT) {
+            Ok(()) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tracing::warn!(
+                "the group's coordinator did not see this process leave within {LEAVE_TIMEOUT:?}; \
+                 the group moves its tasks once the session times out"
+            ),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                tracing::warn!("leaving the group failed; the group moves its tasks once the session times out")
             }
+        },
+        Err(e) => {
+            // The process is stopping: its consumer is left as it is, not closed, and the group
+            // times it out.
+            if let Some(consumer) = held.lock().ok().and_then(|mut c| c.take()) {
+                std::mem::forget(consumer);
+            }
+            tracing::warn!("cannot leave the group on a thread of its own ({e}); the group times this process out")
         }
-        Err(e) => tracing::warn!("cannot leave the group on a thread of its own: {e}"),
     }
 }
 
