@@ -300,7 +300,6 @@ impl Operator for SessionOperator {
         self.ids.clear();
         self.slots.clear();
         self.free.clear();
-        self.ends.clear();
         self.live_bytes = 0;
         let n = sessions.len();
         for ((key, start), (end, acc)) in sessions {
@@ -311,9 +310,9 @@ impl Operator for SessionOperator {
             let id = self.slots.len() as u32 - 1;
             let slot = &mut self.slots[id as usize];
             self.live_bytes += size(&slot.key, &acc);
-            self.ends.add(end, id, start);
             slot.open.push(Open { start, end, acc, stored: true, changed: false });
         }
+        self.index_ends();
         // Another layout or other accumulators: the log is written anew, committed with the
         // record of the new format and version.
         if format < FORMAT || migrating.is_some() {
@@ -530,7 +529,7 @@ impl Operator for SessionOperator {
 }
 
 impl SessionOperator {
-    /// Builds the end index again from the open sessions, leaving out its stale entries.
+    /// Builds the end index from the open sessions alone: at open, and to drop stale entries.
     fn index_ends(&mut self) {
         self.ends.clear();
         for (id, slot) in self.slots.iter().enumerate() {
