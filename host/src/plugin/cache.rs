@@ -17,12 +17,18 @@
 //!
 //! The default directory is the user's cache directory (`directories`); without a home there is
 //! none, and a private directory made for the process (deleted with it) takes its place.
+//!
+//! The cache is bounded: every build of a plugin leaves a new artifact (a Python plugin's is
+//! about 36 MB), so one that never let go filled the disk of a machine that builds often (this
+//! project's own had 1.3 GB after a day of tests). A load marks its artifact used (its
+//! modification time); a write past [`MAX_CACHE_BYTES`] deletes the least recently used.
 
 use std::fs::OpenOptions;
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use wasmtime::Engine;
 use wasmtime::component::Component;
@@ -31,6 +37,19 @@ use super::PluginError;
 
 /// Bytes of the key, and of the digest in front of every artifact.
 const DIGEST: usize = 32;
+
+/// The bytes of compiled artifacts a cache directory keeps. A write that takes it past this
+/// deletes the least recently used artifacts down to [`PRUNED_TO_PERCENT`] of it, so that a full
+/// cache is not pruned at every write. A gibibyte holds every plugin of this repository several
+/// builds over; what it lets go of is compiled again when next used.
+const MAX_CACHE_BYTES: u64 = 1 << 30;
+
+/// What a prune leaves, in percent of [`MAX_CACHE_BYTES`].
+const PRUNED_TO_PERCENT: u64 = 75;
+
+/// A temporary file this old is a writer's that was killed mid-write (a write takes
+/// milliseconds): the next prune deletes it.
+const STALE_WRITE: Duration = Duration::from_secs(60 * 60);
 
 pub(super) struct ComponentCache {
     /// `None`: no directory could be made for this process; nothing is cached.
@@ -92,6 +111,7 @@ impl ComponentCache {
             // compatibility hash (it is in the name) produced in this user's private directory,
             // as their keyed digest proves; nothing else is ever deserialized.
             if let Ok(c) = unsafe { Component::deserialize(engine, &artifact) } {
+                mark_used(cached);
                 return Ok(c);
             }
         }
@@ -100,9 +120,15 @@ impl ComponentCache {
         // The cache is an optimisation: failing to write it is not an error.
         if let (Some(key), Some(dir), Some(cached)) = (&self.key, &self.dir, &cached)
             && let Ok(serialized) = component.serialize()
-            && let Err(e) = write_signed(dir, cached, &name, key, &serialized)
         {
-            tracing::debug!("component cache not written ({}): {e}", cached.display());
+            match write_signed(dir, cached, &name, key, &serialized) {
+                Ok(()) => {
+                    if let Err(e) = prune(dir, MAX_CACHE_BYTES, cached) {
+                        tracing::debug!("component cache {} not pruned: {e}", dir.display());
+                    }
+                }
+                Err(e) => tracing::debug!("component cache not written ({}): {e}", cached.display()),
+            }
         }
         Ok(component)
     }
@@ -176,6 +202,57 @@ fn write_signed(dir: &Path, path: &Path, name: &str, key: &[u8; DIGEST], artifac
     std::fs::rename(&tmp, path)
 }
 
+/// Marks the artifact at `path` used now, for [`prune`] to keep it over those used longer ago.
+/// Best effort: at worst an artifact in use is compiled again after a prune.
+fn mark_used(path: &Path) {
+    if let Ok(f) = crate::own_files::open(path, OpenOptions::new().read(true)) {
+        let _ = f.set_modified(SystemTime::now());
+    }
+}
+
+/// When `dir`'s artifacts take more than `max` bytes, deletes the least recently used (never
+/// `keep`, the one just written) until they take [`PRUNED_TO_PERCENT`] of it; and deletes
+/// temporary files older than [`STALE_WRITE`]. Returns how many files went.
+///
+/// Another process may prune at the same time (a file already gone counts as gone), or be
+/// loading an artifact deleted here: it has read the bytes, or compiles the component again.
+fn prune(dir: &Path, max: u64, keep: &Path) -> std::io::Result<usize> {
+    let now = SystemTime::now();
+    let mut artifacts = Vec::new();
+    let mut total = 0;
+    let mut removed = 0;
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        // The entry's own metadata: a link is not followed, and is neither kind of file here.
+        let Ok(meta) = entry.metadata() else { continue };
+        let path = entry.path();
+        let used = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        let extension = path.extension().and_then(|e| e.to_str());
+        if !meta.is_file() {
+            continue;
+        } else if extension == Some("cwasm") {
+            total += meta.len();
+            artifacts.push((used, meta.len(), path));
+        } else if extension == Some("tmp") && now.duration_since(used).is_ok_and(|age| age > STALE_WRITE) {
+            removed += usize::from(std::fs::remove_file(&path).is_ok());
+        }
+    }
+    let target = max.saturating_mul(PRUNED_TO_PERCENT) / 100;
+    if total > max {
+        artifacts.sort();
+        for (_, len, path) in artifacts {
+            if total <= target {
+                break;
+            }
+            if path != keep {
+                removed += usize::from(std::fs::remove_file(&path).is_ok());
+                total -= len;
+            }
+        }
+    }
+    Ok(removed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,5 +282,57 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         private(dir.path()).unwrap();
         assert_eq!(std::fs::metadata(dir.path()).unwrap().mode() & 0o777, 0o700);
+    }
+
+    /// Sets `path`'s modification time to `secs_ago` seconds ago.
+    fn age(path: &Path, secs_ago: u64) {
+        let f = std::fs::File::options().write(true).open(path).unwrap();
+        f.set_modified(SystemTime::now() - Duration::from_secs(secs_ago)).unwrap();
+    }
+
+    #[test]
+    fn a_full_cache_lets_go_of_the_least_recently_used_artifacts_and_of_killed_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let file = |name: &str, len: usize, secs_ago: u64| {
+            let path = d.join(name);
+            std::fs::write(&path, vec![0u8; len]).unwrap();
+            age(&path, secs_ago);
+            path
+        };
+        let oldest = file("a.cwasm", 100, 300);
+        let older = file("b.cwasm", 100, 200);
+        let newest = file("c.cwasm", 100, 100);
+        let key = file("key", 32, 400);
+        let killed = file(".d.cwasm.7.tmp", 100, 2 * 60 * 60);
+        let writing = file(".e.cwasm.8.tmp", 100, 0);
+
+        assert_eq!(prune(d, 300, &newest).unwrap(), 1, "within the limit: only the killed write goes");
+        assert!(!killed.exists() && writing.exists());
+        assert!(oldest.exists() && older.exists() && newest.exists());
+
+        // 300 bytes against 250: down to 75% of it, the least recently used first.
+        assert_eq!(prune(d, 250, &newest).unwrap(), 2);
+        assert!(!oldest.exists() && !older.exists());
+        assert!(newest.exists() && key.exists() && writing.exists());
+
+        // The artifact just written stays, even alone past the limit.
+        assert_eq!(prune(d, 50, &newest).unwrap(), 0);
+        assert!(newest.exists());
+    }
+
+    #[test]
+    fn a_load_marks_its_artifact_used() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (used, unused) = (d.join("a.cwasm"), d.join("b.cwasm"));
+        for path in [&used, &unused] {
+            std::fs::write(path, [0u8; 100]).unwrap();
+        }
+        age(&used, 200);
+        age(&unused, 100);
+        mark_used(&used);
+        assert_eq!(prune(d, 150, &d.join("c.cwasm")).unwrap(), 1);
+        assert!(used.exists() && !unused.exists(), "the artifact loaded last is kept");
     }
 }
