@@ -18,14 +18,14 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// The tansu binary: `WEIR_TANSU`, else where `cargo xtask test` installs it.
+/// The tansu binary: `WEIR_TANSU`, which `cargo xtask test` sets to the build it installs (the
+/// one place that names it, with the options it is built with).
 pub fn tansu_bin() -> PathBuf {
-    if let Some(p) = std::env::var_os("WEIR_TANSU") {
-        return p.into();
-    }
-    let home = std::env::var_os("HOME").expect("HOME is set");
-    let p = Path::new(&home).join(".cache/weir-tools/tansu-0.6.0/bin/tansu");
-    assert!(p.exists(), "{} is missing: `cargo xtask test` installs it (or set WEIR_TANSU)", p.display());
+    let p = PathBuf::from(std::env::var_os("WEIR_TANSU").expect(
+        "WEIR_TANSU names the tansu broker: `cargo xtask test` installs it and sets it (or run `cargo xtask test` once \
+         and point WEIR_TANSU at ~/.cache/weir-tools/tansu-*/bin/tansu)",
+    ));
+    assert!(p.exists(), "WEIR_TANSU={} does not exist", p.display());
     p
 }
 
