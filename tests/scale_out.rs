@@ -35,6 +35,24 @@ fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 const MICRO_BATCHES: &str = "mode = \"processing-time\"\ninterval = \"20ms\"";
 /// How long any one wait in these tests may take before it fails.
 const PATIENCE: Duration = Duration::from_secs(180);
+/// The group's session timeout in pipelines on the mock broker, against the product's 10 s: a
+/// killed or paused member keeps its tasks until it passes, so the kill loops waited that long
+/// at every kill (the three took 560 s in all, and 266 s at 3 s). Three heartbeats (one a
+/// second) still fit in it. On tansu the default stays: it holds a rejoining member's
+/// `JoinGroup` for 3 s, and a short timeout evicts live members (docs/scale-out.md, "What the
+/// test broker gets wrong").
+const MOCK_SESSION_TIMEOUT: &str = "kafka.session.timeout.ms = \"3000\"";
+
+/// The addresses of the mock brokers started ([`MockBroker::start`]).
+static MOCKS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// The Kafka source of a group's pipeline: `topic` on `brokers`, read `batch` records at a time
+/// at most.
+fn group_source(brokers: &str, topic: &str, batch: usize) -> String {
+    let source = kafka_source(brokers, topic, batch);
+    let on_mock = MOCKS.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|m| m == brokers);
+    if on_mock { format!("{source}\n{MOCK_SESSION_TIMEOUT}") } else { source }
+}
 
 /// The stateless orders pipeline in group `scaled`: ERROR and PENDING orders to the file sink,
 /// triggered as `trigger` (a `[trigger]` table's lines).
@@ -64,7 +82,7 @@ config = {{ keep = ["ERROR", "PENDING"] }}
 {sink}
 {scale}
 "#,
-        source = kafka_source(brokers, "orders", batch),
+        source = group_source(brokers, "orders", batch),
         parse = component("orders_json").display(),
         filter = component("status_filter").display(),
         sink = file_sink(&out),
@@ -663,7 +681,7 @@ location = "{checkpoint}"
 [scale]
 group = "{name}"
 "#,
-                source = kafka_source(brokers, "orders", 2000),
+                source = group_source(brokers, "orders", 2000),
                 parse = component("orders_json").display(),
                 aggregate = component("error_rate").display(),
                 sink = file_sink(&out),
@@ -1172,6 +1190,7 @@ impl MockBroker {
             // libtest may print the test's name on the same line first.
             .find_map(|l| l.split_once("bootstrap ").map(|(_, b)| b.trim().to_string()))
             .expect("the mock broker printed its address");
+        MOCKS.lock().unwrap_or_else(|e| e.into_inner()).push(brokers.clone());
         MockBroker { child, brokers }
     }
 }
@@ -1206,7 +1225,7 @@ kafka.bootstrap.servers = "{brokers}"
 [scale]
 group = "alerting"
 "#,
-        source = kafka_source(brokers, "orders", 500),
+        source = group_source(brokers, "orders", 500),
         parse = component("orders_json").display(),
         filter = component("status_filter").display(),
     );
