@@ -96,16 +96,25 @@ impl<const N: usize> Paths<N> {
 }
 
 /// The first eight bytes of `key` (zero-padded), as [`Segment::is`] compares them.
+///
+/// A shorter key is read as two loads that overlap or meet (its first and last four bytes, or
+/// two), joined by a shift, so the padding is zero and no byte goes through memory. Copying it
+/// into a zeroed word on the stack and reading that back whole stalled the read behind the
+/// bytes' stores, and in Wasm the copy was a call to `memcpy`: a sixth of the scanner's time
+/// there (`perf annotate` of the compiled parser), for keys such as `status` and `user_id`.
 #[inline(always)]
 fn key_word(key: &[u8]) -> u64 {
-    match key.get(..8) {
-        Some(head) => u64::from_le_bytes(head.try_into().unwrap_or_default()),
-        None => {
-            let mut w = [0u8; 8];
-            w[..key.len()].copy_from_slice(key);
-            u64::from_le_bytes(w)
-        }
+    let n = key.len();
+    if let Some(head) = key.first_chunk::<8>() {
+        return u64::from_le_bytes(*head);
     }
+    if let (Some(lo), Some(hi)) = (key.first_chunk::<4>(), key.last_chunk::<4>()) {
+        return u64::from(u32::from_le_bytes(*lo)) | u64::from(u32::from_le_bytes(*hi)) << (8 * (n - 4));
+    }
+    if let (Some(lo), Some(hi)) = (key.first_chunk::<2>(), key.last_chunk::<2>()) {
+        return u64::from(u16::from_le_bytes(*lo)) | u64::from(u16::from_le_bytes(*hi)) << (8 * (n - 2));
+    }
+    key.first().map_or(0, |&b| u64::from(b))
 }
 
 /// Scans `json`, which must be one JSON object, and returns the raw text of each of `paths`
@@ -654,6 +663,17 @@ pub(crate) mod tests {
         assert_eq!(at(b"12:45678", non_digits), 2);
         assert_eq!(at(b"\xb12345678", non_digits), 0);
         assert_eq!(at(b"01234567", non_digits), 8);
+    }
+
+    #[test]
+    fn a_key_word_is_the_first_eight_bytes_zero_padded() {
+        for text in [&b"abcdefghijkl"[..], &[0xff; 12][..], b"\x01\x02\x03\x04\x05\x06\x07\x08\x09"] {
+            for n in 0..=text.len() {
+                let mut w = [0u8; 8];
+                w[..n.min(8)].copy_from_slice(&text[..n.min(8)]);
+                assert_eq!(key_word(&text[..n]), u64::from_le_bytes(w), "{n} bytes of {text:?}");
+            }
+        }
     }
 
     #[test]
