@@ -142,7 +142,10 @@ fn target_dir() -> Result<PathBuf> {
 }
 
 fn build(root: &Path) -> Result<()> {
-    run(cargo().args(["build", "--release", "-p", "weir"]))?;
+    // With the guest SDK, which `cargo test` builds too: its bindings' macros need more of the
+    // crates wasmtime's macros use, and a build without it resolved wasmtime apart from the
+    // tests' build (a second compile of wasmtime and all above it on a fresh machine).
+    run(cargo().args(["build", "--release", "-p", "weir", "-p", "weir-guest"]))?;
     let mut c = cargo();
     c.args(["build", "--release", "--target", "wasm32-wasip2"]);
     // Plugins are small: whole-program optimisation costs seconds and lets serde inline into
