@@ -7,8 +7,8 @@
 //!   `CARGO_TARGET_DIR` is.
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
-//! - `test`: build (and beside it, install the tansu broker if it is missing), then formatting,
-//!   lints, the Python SDK's tests and every test.
+//! - `test`: build, install the tansu broker if it is missing, then formatting, lints, the Python
+//!   SDK's tests and every test.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -59,13 +59,7 @@ fn main() -> Result<()> {
         "setup" => setup(&[]).and_then(|()| python(&root)).map(drop),
         "build" => setup(&[]).and_then(|()| build(&root)),
         "demo" => setup(&[]).and_then(|()| build(&root)).and_then(|()| demo(&root)),
-        "test" => setup(TEST_PACKAGES).and_then(|()| {
-            // The broker's first build runs beside the workspace's: each fills the other's idle
-            // moments (one crate compiling alone, the links).
-            let tansu = Tansu::start()?;
-            build(&root)?;
-            test(&root, tansu.wait()?)
-        }),
+        "test" => setup(TEST_PACKAGES).and_then(|()| build(&root)).and_then(|()| tansu()).and_then(|t| test(&root, t)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -283,65 +277,20 @@ const TANSU_VERSION: &str = "0.6.0";
 const TANSU_FEATURES: &str = "libsql";
 const TANSU_OPT_LEVEL: &str = "1";
 
-/// The broker, built if it is missing: `start` begins the build, `wait` ends it.
-struct Tansu {
-    bin: PathBuf,
-    /// The build under way, and the file its output goes to.
-    building: Option<(std::process::Child, PathBuf)>,
-}
-
-impl Tansu {
-    fn start() -> Result<Tansu> {
-        let tools = tools_dir()?;
-        let root = tools.join(format!("tansu-{TANSU_VERSION}-{TANSU_FEATURES}-o{TANSU_OPT_LEVEL}"));
-        let bin = root.join("bin").join("tansu");
-        if bin.exists() {
-            return Ok(Tansu { bin, building: None });
-        }
-        std::fs::create_dir_all(&tools).with_context(|| format!("creating {}", tools.display()))?;
-        let log = tools.join("tansu-build.log");
-        let out = std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        eprintln!(
-            "installing the tansu broker {TANSU_VERSION} into {} (once; about 7 minutes, beside the build; its output in {})",
-            root.display(),
-            log.display()
-        );
-        let mut c = cargo();
-        c.args(["install", "tansu", "--version", TANSU_VERSION, "--locked", "--no-default-features"])
+fn tansu() -> Result<PathBuf> {
+    let tools = tools_dir()?;
+    let root = tools.join(format!("tansu-{TANSU_VERSION}-{TANSU_FEATURES}-o{TANSU_OPT_LEVEL}"));
+    let bin = root.join("bin").join("tansu");
+    if !bin.exists() {
+        eprintln!("installing the tansu broker {TANSU_VERSION} into {} (once; about 7 minutes)", root.display());
+        run(cargo()
+            .args(["install", "tansu", "--version", TANSU_VERSION, "--locked", "--no-default-features"])
             .args(["--features", TANSU_FEATURES, "--root"])
             .arg(&root)
             .env("CARGO_TARGET_DIR", tools.join("build"))
-            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", TANSU_OPT_LEVEL)
-            .stdout(out.try_clone()?)
-            .stderr(out);
-        let child = c.spawn().with_context(|| format!("cannot start {c:?}"))?;
-        Ok(Tansu { bin, building: Some((child, log)) })
+            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", TANSU_OPT_LEVEL))?;
     }
-
-    /// The broker's path, once its build (if any) has succeeded.
-    fn wait(mut self) -> Result<PathBuf> {
-        if let Some((mut child, log)) = self.building.take() {
-            let status = child.wait().context("waiting for the tansu build")?;
-            if !status.success() {
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = lines[lines.len().saturating_sub(40)..].join("\n");
-                bail!("installing tansu failed ({status}); the end of {}:\n{tail}", log.display());
-            }
-            eprintln!("the tansu broker is built: {}", self.bin.display());
-        }
-        Ok(self.bin.clone())
-    }
-}
-
-/// A run that fails before it waits stops the build it started.
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        if let Some((child, _)) = self.building.as_mut() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
+    Ok(bin)
 }
 
 fn test(root: &Path, tansu: PathBuf) -> Result<()> {
