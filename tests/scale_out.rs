@@ -43,7 +43,7 @@ const PATIENCE: Duration = Duration::from_secs(180);
 /// test broker gets wrong").
 const MOCK_SESSION_TIMEOUT: &str = "kafka.session.timeout.ms = \"3000\"";
 
-/// The addresses of the mock brokers started ([`MockBroker::start`]).
+/// The addresses of the mock brokers running ([`MockBroker::start`], until dropped).
 static MOCKS: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// The Kafka source of a group's pipeline: `topic` on `brokers`, read `batch` records at a time
@@ -1199,6 +1199,8 @@ impl Drop for MockBroker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Its port is free again: a later broker (tansu) may get the same address.
+        MOCKS.lock().unwrap_or_else(|e| e.into_inner()).retain(|m| *m != self.brokers);
     }
 }
 
