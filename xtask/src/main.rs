@@ -320,7 +320,66 @@ fn test(root: &Path, tansu: PathBuf) -> Result<()> {
             .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
     }
     run(cargo().args(["test", "--release", "-p", "error-rate"]))?;
-    run(cargo().args(["test", "--release"]).env("WEIR_TANSU", tansu).env("WEIR_PYTHON", python))
+    workspace_tests(&tansu, &python)
+}
+
+/// The test target that runs beside the others: its kill loops wait on consumer groups'
+/// rebalances, so over its six minutes it keeps 0.4 of a core busy.
+const BESIDE: &str = "scale_out";
+
+/// Every test of the workspace, as `cargo test --release` runs them, in two lanes: [`BESIDE`]
+/// in one, its output held until it ends (so the log reads as one run after another), and
+/// every other target, then the doctests, in the other. One after the other they took 10.5
+/// minutes, six of them [`BESIDE`]'s.
+fn workspace_tests(tansu: &Path, python: &Path) -> Result<()> {
+    let test = |args: &[&str]| {
+        let mut c = cargo();
+        c.args(["test", "--release"]).args(args).env("WEIR_TANSU", tansu).env("WEIR_PYTHON", python);
+        c
+    };
+    // Built first, so the lanes' own `cargo test` find everything fresh and only run.
+    run(&mut test(&["--no-run"]))?;
+    let mut rest = test(&["--lib", "--bins"]);
+    for name in test_targets()?.iter().filter(|n| n.as_str() != BESIDE) {
+        rest.args(["--test", name]);
+    }
+    let mut beside = test(&["--test", BESIDE]);
+    eprintln!("$ {beside:?} (beside the rest, its output when it ends)");
+    let beside = std::thread::spawn(move || beside.output());
+    let rest = run(&mut rest).and_then(|()| run(&mut test(&["--doc"])));
+    let out = beside.join().map_err(|_| anyhow::anyhow!("the {BESIDE} lane panicked"))?;
+    let out = out.with_context(|| format!("cannot start the {BESIDE} tests"))?;
+    use std::io::Write;
+    std::io::stdout().write_all(&out.stdout)?;
+    std::io::stderr().write_all(&out.stderr)?;
+    rest?;
+    if !out.status.success() {
+        bail!("the {BESIDE} tests failed: {}", out.status);
+    }
+    Ok(())
+}
+
+/// The integration-test targets of the workspace's default members, which `cargo test` runs
+/// (`cargo metadata`).
+fn test_targets() -> Result<Vec<String>> {
+    let out = cargo().args(["metadata", "--format-version", "1", "--no-deps"]).output()?;
+    if !out.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata's output")?;
+    let defaults = meta["workspace_default_members"].as_array().context("no default members in cargo metadata")?;
+    let mut names = Vec::new();
+    for package in meta["packages"].as_array().into_iter().flatten().filter(|p| defaults.contains(&p["id"])) {
+        for target in package["targets"].as_array().into_iter().flatten() {
+            if target["kind"].as_array().is_some_and(|k| k.iter().any(|k| k == "test")) {
+                names.extend(target["name"].as_str().map(String::from));
+            }
+        }
+    }
+    if !names.iter().any(|n| n == BESIDE) {
+        bail!("no test target named {BESIDE}: the lane beside the rest would run nothing");
+    }
+    Ok(names)
 }
 
 /// The repository stands alone, and says each version once.
