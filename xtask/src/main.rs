@@ -349,9 +349,10 @@ fn workspace_tests(tansu: &Path, python: &Path) -> Result<()> {
     let rest = run(&mut rest).and_then(|()| run(&mut test(&["--doc"])));
     let out = beside.join().map_err(|_| anyhow::anyhow!("the {BESIDE} lane panicked"))?;
     let out = out.with_context(|| format!("cannot start the {BESIDE} tests"))?;
+    // cargo's lines ("Running ...") are on stderr, the tests' on stdout: in that order.
     use std::io::Write;
-    std::io::stdout().write_all(&out.stdout)?;
     std::io::stderr().write_all(&out.stderr)?;
+    std::io::stdout().write_all(&out.stdout)?;
     rest?;
     if !out.status.success() {
         bail!("the {BESIDE} tests failed: {}", out.status);
