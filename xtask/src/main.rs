@@ -8,7 +8,7 @@
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
 //! - `test`: build, install the tansu broker if it is missing, then formatting, lints, the Python
-//!   SDK's tests and every test.
+//!   SDK's tests and every test (the scale-out tests beside the others: `workspace_tests`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
