@@ -161,6 +161,12 @@ pub(crate) struct StateMeta {
     /// Violations of each expectation, counted since the checkpoint began.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub expectations: std::collections::BTreeMap<String, u64>,
+    /// Records read and rows delivered since the checkpoint began: what `weir graph` shows on
+    /// a project's flow (0 in a record written before these were kept).
+    #[serde(default)]
+    pub records_in: u64,
+    #[serde(default)]
+    pub rows_out: u64,
 }
 
 pub(crate) struct CheckpointDir {

@@ -11,13 +11,15 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 use super::exit::{Exit, Usage};
+use crate::checkpoint::{CheckpointDir, StateMeta};
 use crate::dataset::DatasetKind;
 use crate::dataset::log::Log;
 use crate::driver::{Flush, Output, Stages};
 use crate::pipeline::{ExpectCheck, SinkConfig};
 use crate::plugin::Sink;
-use crate::project::graph::{self, Counts};
+use crate::project::graph::{self, Counts, FlowCounts};
 use crate::project::{Project, Storage, read, refresh, run};
+use crate::state::StateStore;
 
 /// The project at `path` (a directory with a `weir.toml`, or the file).
 pub(super) fn load(path: &Path) -> Result<Project> {
@@ -150,11 +152,34 @@ fn counts(p: &Project) -> BTreeMap<String, Counts> {
     out
 }
 
+/// Each flow's records read and rows delivered, from its checkpoint's last batch record (read
+/// beside a running project, as `weir inspect` reads it); none for a flow yet to commit one.
+fn flow_counts(p: &Project) -> BTreeMap<String, FlowCounts> {
+    let mut out = BTreeMap::new();
+    for fl in &p.flows {
+        if let Some(m) = last_record(&fl.checkpoint) {
+            out.insert(fl.name().to_string(), FlowCounts { records_in: m.records_in, rows_out: m.rows_out });
+        }
+    }
+    out
+}
+
+/// A checkpoint's last batch record, if it has committed one.
+fn last_record(checkpoint: &Path) -> Option<StateMeta> {
+    let (cp, _) = CheckpointDir::existing(checkpoint).ok()?;
+    let dir = cp.state_dir();
+    if !dir.exists() {
+        return None;
+    }
+    let bytes = StateStore::open_read_only(&dir).ok()?.meta().ok()??;
+    serde_json::from_slice(&bytes).ok()
+}
+
 /// `weir graph PROJECT`: DOT on stdout, or in `out` (and beside it as SVG when Graphviz's
 /// `dot` is on the PATH).
 pub(super) fn graph(path: &Path, out: Option<&Path>) -> Result<Exit> {
     let p = load(path)?;
-    let dot = graph::dot(&p, &counts(&p));
+    let dot = graph::dot(&p, &counts(&p), &flow_counts(&p));
     let Some(out) = out else {
         print!("{dot}");
         return Ok(Exit::Done);

@@ -239,6 +239,8 @@ impl Run {
         end: Offsets,
         report: &BatchProgress,
     ) -> Result<(Vec<u8>, Committed), RunError> {
+        self.records_in += report.input_rows as u64;
+        self.rows_out += report.rows_out as u64;
         let meta = StateMeta {
             next_batch: batch_id + 1,
             source: end,
@@ -251,6 +253,8 @@ impl Run {
             state_version: self.state_version,
             flushed_to: self.flushed_to,
             expectations: self.violations.clone(),
+            records_in: self.records_in,
+            rows_out: self.rows_out,
         };
         let bytes = serde_json::to_vec(&meta).map_err(|e| {
             CheckpointError::file(self.checkpoint.state_dir(), format!("cannot encode the batch record: {e}"))

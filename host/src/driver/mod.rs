@@ -148,6 +148,10 @@ struct Run {
     expect: Vec<crate::expect::ExpectStage>,
     /// Violations of each expectation since the checkpoint began, committed with each batch.
     violations: BTreeMap<String, u64>,
+    /// Records read since the checkpoint began, committed with each batch.
+    records_in: u64,
+    /// Rows delivered since the checkpoint began, committed with each batch.
+    rows_out: u64,
     operator: Box<dyn Operator>,
     /// The operator plugin's state version, recorded with every commit.
     state_version: Option<u32>,

@@ -101,6 +101,8 @@ pub(super) fn start(
         transforms,
         expect,
         violations: restored.map(|m| m.expectations.clone()).unwrap_or_default(),
+        records_in: restored.map_or(0, |m| m.records_in),
+        rows_out: restored.map_or(0, |m| m.rows_out),
         operator,
         state_version,
         time: watermark,

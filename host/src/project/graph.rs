@@ -100,9 +100,15 @@ pub(crate) struct Counts {
     pub keys: Option<u64>,
 }
 
-/// The graph in Graphviz DOT: datasets as cylinders, flows as boxes with their plugins,
-/// external sources and sinks as plain notes.
-pub(crate) fn dot(p: &Project, counts: &BTreeMap<String, Counts>) -> String {
+/// What a flow has read and delivered since its checkpoint began, after a run.
+pub(crate) struct FlowCounts {
+    pub records_in: u64,
+    pub rows_out: u64,
+}
+
+/// The graph in Graphviz DOT: datasets as cylinders with their rows, flows as boxes with their
+/// plugins and what they read and wrote, external sources and sinks as plain notes.
+pub(crate) fn dot(p: &Project, counts: &BTreeMap<String, Counts>, flows: &BTreeMap<String, FlowCounts>) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "digraph {} {{", quote(&p.name));
     s.push_str("  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=11];\n");
@@ -120,6 +126,9 @@ pub(crate) fn dot(p: &Project, counts: &BTreeMap<String, Counts>) -> String {
         let mut label = format!("{}\\n{}", fl.name(), plugins(fl).join("\\n"));
         if label.ends_with("\\n") {
             label.truncate(label.len() - 2);
+        }
+        if let Some(c) = flows.get(fl.name()) {
+            let _ = write!(label, "\\nread {} · wrote {}", c.records_in, c.rows_out);
         }
         let id = quote(&format!("flow:{}", fl.name()));
         let _ = writeln!(s, "  {id} [shape=box, style=rounded, label=\"{}\"];", esc(&label));

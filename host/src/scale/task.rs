@@ -382,6 +382,8 @@ mod tests {
             state_version: None,
             flushed_to: None,
             expectations: Default::default(),
+            records_in: 0,
+            rows_out: 0,
         };
         let mut f = Fold::default();
         f.meta = Some(serde_json::to_value(meta).unwrap());
