@@ -370,6 +370,72 @@ fn the_medallion_runs_with_kafka_backed_datasets() {
     assert!(test.status.success(), "{}", String::from_utf8_lossy(&test.stderr));
 }
 
+/// `weir query` answers from a table while its project runs, without stopping it (Kafka
+/// Streams' interactive queries). The medallion's bronze reads a topic here, so the project
+/// never ends on its own; its per-user table, on the embedded log, is queried until it holds
+/// every user's count, and the project is still running then. The orders are in event-time
+/// order, so none is late whatever the batches, and the reference is exact.
+#[test]
+fn a_table_is_queried_while_its_project_runs() {
+    use common::medallion::*;
+    let cluster = MockCluster::new(1).unwrap();
+    cluster.create_topic("orders", 1, 1).unwrap();
+    let brokers = cluster.bootstrap_servers();
+    let dir = tempfile::tempdir().unwrap();
+    let events = orders(dir.path(), 5_000, 13);
+    let mut lines: Vec<String> = std::fs::read_to_string(&events).unwrap().lines().map(str::to_string).collect();
+    lines.sort_by_key(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["order_ts"].as_i64().unwrap());
+    std::fs::write(&events, lines.join("\n") + "\n").unwrap();
+    produce_lines(&brokers, "orders", 1, &events, true);
+    let want = reference(&events).user_orders;
+    assert!(want.len() > 100, "many users");
+    let source = kafka_source(&brokers, "orders", 1_000);
+    let project = medallion(dir.path(), &[("bronze.toml", "type = \"replay\"\npath = \"orders.jsonl\"", &source)]);
+
+    // Its log goes to a file: a pipe nobody reads while it runs could fill and stall it.
+    let log = dir.path().join("run.log");
+    let mut child = weir()
+        .arg("run")
+        .arg(&project)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        // Before the flow's first commit the table may not exist yet: `query` then exits 1.
+        let out = weir().arg("query").arg(&project).arg("user_orders").output().unwrap();
+        let got: std::collections::BTreeMap<String, u64> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                (v["user_id"].as_str().unwrap().to_string(), v["orders"].as_u64().unwrap())
+            })
+            .collect();
+        if got == want {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the project stopped on its own ({status}):\n{}", std::fs::read_to_string(&log).unwrap());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the table never held every count: {} of {} users",
+            got.len(),
+            want.len()
+        );
+    }
+    let (user, n) = want.iter().next().unwrap();
+    let row = ok(weir().arg("query").arg(&project).args(["user_orders", user]).output().unwrap());
+    let row: serde_json::Value = serde_json::from_slice(&row.stdout).unwrap();
+    assert_eq!(row["orders"].as_u64(), Some(*n));
+    assert!(child.try_wait().unwrap().is_none(), "the project still runs after the queries");
+
+    ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "SIGTERM exits 0, got {status}:\n{}", std::fs::read_to_string(&log).unwrap());
+}
+
 /// A full refresh of a Kafka-backed silver, after silver's logic changed: the topics keep their
 /// records (Weir deletes none), silver and gold begin after the old ones and hold what the new
 /// logic gives, through `weir query` and through the flows that read them; bronze's topic and

@@ -1,8 +1,9 @@
 //! Pipeline projects end to end (docs/projects.md): the orders medallion example
 //! (`plugins/orders-medallion/`) against a naive reference, dataset by dataset, on generated
-//! orders with invalid and repeated records; the same through repeated kill -9; the graph
-//! errors `weir validate` refuses; and a full refresh after a silver change. The same project
-//! with Kafka-backed datasets runs in `kafka_mock.rs`.
+//! orders with invalid and repeated records; the same through repeated kill -9; a stream fed by
+//! two flows, through kill -9; the graph errors `weir validate` refuses; a full refresh after a
+//! silver change, and one killed along the way. The same project with Kafka-backed datasets,
+//! and a table queried while its project runs, are in `kafka_mock.rs`.
 
 mod common;
 
@@ -20,11 +21,21 @@ fn the_medallion_matches_a_naive_reference_dataset_by_dataset() {
     let r = reference(&events);
     assert!(r.violations.values().all(|&n| n > 0) && r.bronze.len() > r.silver.len(), "the input has what to clean");
 
-    let out = ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    let out = ok(weir().arg("run").arg(&project).arg("--flush").arg("--progress-json").output().unwrap());
     check_against_reference(&project, &r);
 
-    // Violations are counted per expectation, in the run's summary and in the checkpoint.
+    // Violations are counted per expectation: in each batch's progress, in the run's summary
+    // and in the checkpoint.
     let summary = String::from_utf8_lossy(&out.stderr);
+    let mut in_progress: std::collections::BTreeMap<String, u64> = Default::default();
+    for line in summary.lines().filter(|l| l.starts_with('{')) {
+        let batch: Value = serde_json::from_str(line).unwrap();
+        for (name, n) in batch["expectationViolations"].as_object().into_iter().flatten() {
+            *in_progress.entry(name.clone()).or_default() += n.as_u64().unwrap();
+        }
+    }
+    let want: std::collections::BTreeMap<String, u64> = r.violations.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    assert_eq!(in_progress, want, "violations summed over the batches' progress");
     for (name, n) in &r.violations {
         assert!(summary.contains(&format!("expectation {name}: {n} violations")), "{name}: {summary}");
     }
@@ -53,6 +64,10 @@ fn the_medallion_matches_a_naive_reference_dataset_by_dataset() {
     assert!(dot.contains("\"dataset:silver\" -> \"flow:gold-error-rate\""), "{dot}");
     assert!(dot.contains("window, aggregate: error_rate.wasm"), "{dot}");
     assert!(dot.contains(&format!("{} rows", r.silver.len())), "{dot}");
+    // And each flow's records read and rows written: bronze reads every line, bad ones too.
+    let lines = std::fs::read_to_string(&events).unwrap().lines().count();
+    assert!(dot.contains(&format!("read {lines} · wrote {}", r.bronze.len())), "{dot}");
+    assert!(dot.contains(&format!("read {} · wrote {}", r.bronze.len(), r.silver.len())), "{dot}");
     // Written to a file, and rendered beside it by Graphviz (which `cargo xtask setup` installs).
     let out = ok(weir().arg("graph").arg(&project).arg("--out").arg(dir.path().join("graph.dot")).output().unwrap());
     assert!(String::from_utf8_lossy(&out.stderr).contains("graph.svg"), "{}", String::from_utf8_lossy(&out.stderr));
@@ -113,6 +128,60 @@ fn every_dataset_is_the_same_after_repeated_kill_9() {
         }
     }
     check_against_reference(&killed, &reference(&killed.join("orders.jsonl")));
+    // The graph's counts too: each flow's records read and rows written count each committed
+    // batch once, however often it ran. (The per-user processor writes a row per user per
+    // batch, so its rows written, and its table's upserts, follow where batches began.)
+    let flow_lines = |p: &Path| -> Vec<String> {
+        let dot = String::from_utf8(ok(weir().arg("graph").arg(p).output().unwrap()).stdout).unwrap();
+        dot.lines()
+            .filter(|l| l.starts_with("  \"flow:") && l.contains("read "))
+            .map(|l| {
+                if l.contains("gold-user-orders") {
+                    l.split(" · wrote").next().unwrap().to_string()
+                } else {
+                    l.to_string()
+                }
+            })
+            .collect()
+    };
+    let counted = flow_lines(&whole);
+    assert_eq!(counted.len(), 4, "{counted:?}");
+    assert_eq!(flow_lines(&killed), counted);
+}
+
+/// A stream fed by two flows (SDP's append flows): it holds each flow's rows once, through
+/// repeated kill -9 as in one uninterrupted run. Each append carries its writer's delivery
+/// mark, so a writer's batch appended again after a kill is skipped while the other writer's
+/// appends go in.
+#[test]
+fn two_flows_append_to_one_stream_each_row_once_through_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut inputs = Vec::new();
+    for run in ["whole", "killed"] {
+        let d = dir.path().join(run);
+        let mut lines = Vec::new();
+        for (flow, seed) in [("east", 21u64), ("west", 22)] {
+            let at = d.join(flow);
+            std::fs::create_dir_all(&at).unwrap();
+            let file = common::orders(&at, 12_000, seed);
+            lines.extend(std::fs::read_to_string(file).unwrap().lines().map(str::to_string));
+        }
+        let flow = |name: &str| {
+            format!(
+                "[source]\ntype = \"replay\"\npath = \"{name}/orders.jsonl\"\nmax_offsets_per_trigger = 1000\n\
+                 [sink]\ntype = \"dataset\"\ndataset = \"all\"\n"
+            )
+        };
+        small_project(&d, "[datasets.all]\nkind = \"stream\"\n", &[("east", &flow("east")), ("west", &flow("west"))]);
+        inputs.push((d, sorted(lines)));
+    }
+    let (whole, want) = &inputs[0];
+    let (killed, _) = &inputs[1];
+    ok(weir().arg("run").arg(whole).output().unwrap());
+    assert_eq!(sorted(query(whole, "all")), *want, "both flows' rows, each once");
+    let kills = common::kill_repeatedly(killed, 12);
+    assert!(kills > 0, "no kill landed");
+    assert_eq!(sorted(query(killed, "all")), *want, "after {kills} kills: both flows' rows, each once");
 }
 
 /// A project of `flows` (name → flow file body) over `datasets` (a `[datasets]` body).
@@ -229,6 +298,80 @@ fn a_full_refresh_of_silver_recomputes_silver_and_gold_and_leaves_bronze() {
     let out = weir().arg("run").arg(&project).args(["--full-refresh", "platinum"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("bronze, error_rate, silver, user_orders"));
+}
+
+/// A full refresh killed with kill -9 at points along it, from its first moments to its flows'
+/// batches. Bronze is untouched every time, and what is left is one of two things: the project
+/// as it was (the refresh had not begun; its user runs it again), or a refresh under way, which
+/// the next plain start finishes before any flow runs (`STATE/refresh.json`) or whose reset
+/// flows carry on from their new checkpoints. Either way the end is the new datasets.
+#[test]
+fn a_full_refresh_killed_anywhere_leaves_the_old_project_or_one_the_next_start_finishes() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    // Every dataset, or `None` when one cannot be read (its log deleted by the reset).
+    let readable = |project: &Path| -> Option<Vec<Vec<String>>> {
+        let mut all = Vec::new();
+        for d in ["bronze", "silver", "error_rate", "user_orders"] {
+            let out = weir().arg("query").arg(project).arg(d).output().unwrap();
+            if !out.status.success() {
+                return None;
+            }
+            all.push(String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect());
+        }
+        Some(all)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let events = dirty_orders(dir.path(), 20_000, 19);
+    let new = without_pending(reference(&events));
+    let mut finished_by_the_next_start = 0;
+    for lines in [0usize, 1, 2, 3, 5, 8, 13] {
+        let d = dir.path().join(format!("kill-after-{lines}"));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::copy(&events, d.join("orders.jsonl")).unwrap();
+        let project = medallion(&d, &[]);
+        ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+        let before = readable(&project).unwrap();
+        let bronze_identity = identity(&project, "bronze");
+        drop_pending_in_silver(&project);
+
+        let mut child = weir()
+            .arg("run")
+            .arg(&project)
+            .args(["--flush", "--full-refresh", "silver", "--progress-json"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut said = BufReader::new(child.stderr.take().unwrap()).lines();
+        for _ in 0..lines {
+            if said.next().is_none() {
+                break;
+            }
+        }
+        let ended = child.try_wait().unwrap().is_some();
+        if !ended {
+            child.kill().unwrap();
+        }
+        child.wait().unwrap();
+        drop(said);
+
+        assert_eq!(query(&project, "bronze"), before[0], "bronze untouched (kill after {lines} lines)");
+        assert_eq!(identity(&project, "bronze"), bronze_identity, "bronze's checkpoint untouched");
+        let plan = project.join(".weir/refresh.json").exists();
+        let untouched = !plan && readable(&project).as_ref() == Some(&before);
+        eprintln!("killed after {lines} lines: ended by itself {ended}, plan {plan}, untouched {untouched}");
+        if untouched {
+            ok(weir().arg("run").arg(&project).args(["--flush", "--full-refresh", "silver"]).output().unwrap());
+        } else {
+            ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+            finished_by_the_next_start += usize::from(!ended);
+        }
+        assert!(!project.join(".weir/refresh.json").exists(), "the plan is gone once carried out");
+        assert_eq!(query(&project, "bronze"), before[0], "bronze untouched");
+        check_against_reference(&project, &new);
+    }
+    assert!(finished_by_the_next_start > 0, "no kill landed once the refresh had begun");
 }
 
 /// Expectations in any pipeline: `warn` counts and keeps, a plugin's dropped rows are its
