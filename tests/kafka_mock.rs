@@ -370,6 +370,29 @@ fn the_medallion_runs_with_kafka_backed_datasets() {
     assert!(test.status.success(), "{}", String::from_utf8_lossy(&test.stderr));
 }
 
+/// The example's own `kafka.toml`, as shipped but for its broker (the mock's): bronze and silver
+/// in topics, the gold tables in the embedded log, every dataset as the reference has it.
+#[test]
+fn the_medallion_s_kafka_toml_runs_as_shipped() {
+    use common::medallion::*;
+    let cluster = MockCluster::new(1).unwrap();
+    for d in ["bronze", "silver"] {
+        cluster.create_topic(&format!("medallion-{d}"), 2, 1).unwrap();
+    }
+    let brokers = cluster.bootstrap_servers();
+    let tmp = tempfile::tempdir().unwrap();
+    let events = dirty_orders(tmp.path(), 10_000, 6);
+    let project = medallion(tmp.path(), &[("kafka.toml", "127.0.0.1:9092", &brokers)]).join("kafka.toml");
+    let out = ok(weir().arg("validate").arg(&project).output().unwrap());
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("dataset silver (stream, kafka topic medallion-silver)"), "{said}");
+    ok(weir().arg("run").arg(&project).arg("--flush").output().unwrap());
+    let r = reference(&events);
+    check_against_reference(&project, &r);
+    let bronze = read_topic(&brokers, "medallion-bronze", |m| m.len() >= r.bronze.len(), Duration::from_secs(60));
+    assert_eq!(bronze.len(), r.bronze.len(), "bronze's rows, in its topic, each once");
+}
+
 /// `weir query` answers from a table while its project runs, without stopping it (Kafka
 /// Streams' interactive queries). The medallion's bronze reads a topic here, so the project
 /// never ends on its own; its per-user table, on the embedded log, is queried until it holds

@@ -3,7 +3,8 @@
 //! orders with invalid and repeated records; the same through repeated kill -9; a stream fed by
 //! two flows, through kill -9; the graph errors `weir validate` refuses; a full refresh after a
 //! silver change, and one killed along the way. The same project with Kafka-backed datasets,
-//! and a table queried while its project runs, are in `kafka_mock.rs`.
+//! the example's own `kafka.toml`, and a table queried while its project runs, are in
+//! `kafka_mock.rs`.
 
 mod common;
 
