@@ -382,7 +382,12 @@ fn the_medallion_s_kafka_toml_runs_as_shipped() {
     let brokers = cluster.bootstrap_servers();
     let tmp = tempfile::tempdir().unwrap();
     let events = dirty_orders(tmp.path(), 10_000, 6);
-    let project = medallion(tmp.path(), &[("kafka.toml", "127.0.0.1:9092", &brokers)]).join("kafka.toml");
+    let edits = [
+        ("kafka.toml", "127.0.0.1:9092", brokers.as_str()),
+        // Its state beside the test's files, not in the checkout's `out/`.
+        ("kafka.toml", "state = \"../../out/orders-medallion-kafka\"", "state = \".weir-kafka\""),
+    ];
+    let project = medallion(tmp.path(), &edits).join("kafka.toml");
     let out = ok(weir().arg("validate").arg(&project).output().unwrap());
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("dataset silver (stream, kafka topic medallion-silver)"), "{said}");
