@@ -10,6 +10,22 @@ use crate::source::Offsets;
 use crate::state::StateStore;
 use anyhow::{Context, Result};
 
+/// A checkpoint's state, opened read-only (safe beside the running pipeline), with its last
+/// batch record (`None` before a first commit); `None` when it has no state yet.
+pub(super) fn read_state(state_dir: &Path) -> Result<Option<(StateStore, Option<StateMeta>)>> {
+    if !state_dir.exists() {
+        return Ok(None);
+    }
+    let store = StateStore::open_read_only(state_dir)?;
+    let last = match store.meta()? {
+        Some(b) => {
+            Some(serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?)
+        }
+        None => None,
+    };
+    Ok(Some((store, last)))
+}
+
 /// How many recent batches to list.
 pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
     let (cp, meta) = CheckpointDir::existing(dir)?;
@@ -19,17 +35,9 @@ pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
     writeln!(out, "pipeline   {} ({})", meta.pipeline, meta.fingerprint)?;
 
     let state_dir = cp.state_dir();
-    let (last, size) = if state_dir.exists() {
-        let state = StateStore::open_read_only(&state_dir)?;
-        let last: Option<StateMeta> = match state.meta()? {
-            Some(b) => Some(
-                serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?,
-            ),
-            None => None,
-        };
-        (last, Some((state.estimated_keys(), dir_size(&state_dir))))
-    } else {
-        (None, None)
+    let (last, size) = match read_state(&state_dir)? {
+        Some((state, last)) => (last, Some((state.estimated_keys(), dir_size(&state_dir)))),
+        None => (None, None),
     };
     match &last {
         None => writeln!(out, "committed  nothing yet")?,
@@ -85,18 +93,11 @@ pub(super) fn inspect(dir: &Path, recent: usize) -> Result<String> {
 pub(super) fn inspect_json(dir: &Path) -> Result<String> {
     let (cp, meta) = CheckpointDir::existing(dir)?;
     let state_dir = cp.state_dir();
-    let (last, state) = if state_dir.exists() {
-        let store = StateStore::open_read_only(&state_dir)?;
-        let last: Option<StateMeta> = match store.meta()? {
-            Some(b) => Some(
-                serde_json::from_slice(&b).with_context(|| format!("{}: last batch record", state_dir.display()))?,
-            ),
-            None => None,
-        };
-        let state = serde_json::json!({ "keys": store.estimated_keys(), "bytesOnDisk": dir_size(&state_dir) });
-        (last, state)
-    } else {
-        (None, serde_json::Value::Null)
+    let (last, state) = match read_state(&state_dir)? {
+        Some((store, last)) => {
+            (last, serde_json::json!({ "keys": store.estimated_keys(), "bytesOnDisk": dir_size(&state_dir) }))
+        }
+        None => (None, serde_json::Value::Null),
     };
     let next = last.as_ref().map_or(0, |m| m.next_batch);
     let committed = match next.checked_sub(1) {

@@ -19,7 +19,6 @@ use crate::pipeline::{ExpectCheck, SinkConfig};
 use crate::plugin::Sink;
 use crate::project::graph::{self, Counts, FlowCounts};
 use crate::project::{Project, Storage, read, refresh, run};
-use crate::state::StateStore;
 
 /// The project at `path` (a directory with a `weir.toml`, or the file).
 pub(super) fn load(path: &Path) -> Result<Project> {
@@ -164,15 +163,10 @@ fn flow_counts(p: &Project) -> BTreeMap<String, FlowCounts> {
     out
 }
 
-/// A checkpoint's last batch record, if it has committed one.
+/// A checkpoint's last batch record, if it has committed one (what `weir inspect` reads).
 fn last_record(checkpoint: &Path) -> Option<StateMeta> {
     let (cp, _) = CheckpointDir::existing(checkpoint).ok()?;
-    let dir = cp.state_dir();
-    if !dir.exists() {
-        return None;
-    }
-    let bytes = StateStore::open_read_only(&dir).ok()?.meta().ok()??;
-    serde_json::from_slice(&bytes).ok()
+    super::inspect::read_state(&cp.state_dir()).ok()??.1
 }
 
 /// `weir graph PROJECT`: DOT on stdout, or in `out` (and beside it as SVG when Graphviz's
