@@ -311,17 +311,8 @@ fn a_full_refresh_killed_anywhere_leaves_the_old_project_or_one_the_next_start_f
     use std::io::{BufRead, BufReader};
     use std::process::Stdio;
     // Every dataset, or `None` when one cannot be read (its log deleted by the reset).
-    let readable = |project: &Path| -> Option<Vec<Vec<String>>> {
-        let mut all = Vec::new();
-        for d in ["bronze", "silver", "error_rate", "user_orders"] {
-            let out = weir().arg("query").arg(project).arg(d).output().unwrap();
-            if !out.status.success() {
-                return None;
-            }
-            all.push(String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect());
-        }
-        Some(all)
-    };
+    let readable =
+        |project: &Path| -> Option<Vec<Vec<String>>> { DATASETS.iter().map(|d| try_query(project, d)).collect() };
     let dir = tempfile::tempdir().unwrap();
     let events = dirty_orders(dir.path(), 20_000, 19);
     let new = without_pending(reference(&events));

@@ -150,6 +150,15 @@ pub fn query(project: &Path, dataset: &str) -> Vec<String> {
     String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
 }
 
+/// [`query`], or `None` when the dataset cannot be read (a reset deleted its log).
+pub fn try_query(project: &Path, dataset: &str) -> Option<Vec<String>> {
+    let out = weir().arg("query").arg(project).arg(dataset).output().unwrap();
+    out.status.success().then(|| String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect())
+}
+
+/// The example's datasets.
+pub const DATASETS: [&str; 4] = ["bronze", "silver", "error_rate", "user_orders"];
+
 /// The checkpoint identity `weir inspect` prints for one of the project's flows.
 pub fn identity(project: &Path, flow: &str) -> String {
     let out = ok(weir().arg("inspect").arg(project.join(".weir/flows").join(flow)).output().unwrap());
@@ -163,7 +172,7 @@ pub fn sorted(mut v: Vec<String>) -> Vec<String> {
 
 /// Every dataset, as `weir query` prints it (streams in order, tables by key).
 pub fn datasets(project: &Path) -> BTreeMap<&'static str, Vec<String>> {
-    ["bronze", "silver", "error_rate", "user_orders"].into_iter().map(|d| (d, query(project, d))).collect()
+    DATASETS.into_iter().map(|d| (d, query(project, d))).collect()
 }
 
 pub fn check_against_reference(project: &Path, r: &Reference) {
