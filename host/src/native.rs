@@ -104,7 +104,18 @@ impl Orders {
 
 impl ParseFns for Orders {
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
-        let mut out = BatchOutput { events: EventBatch::default(), errors: Vec::new() };
+        // Sized up front as the SDK's `Emitter` sizes a parse's output: the same logic on
+        // both sides of the sandbox, growth copies included.
+        let n = input.value_ends.len();
+        let events = EventBatch {
+            times: Vec::with_capacity(n),
+            key_ends: Vec::with_capacity(n),
+            rows: Vec::with_capacity(input.values.len()),
+            row_ends: Vec::with_capacity(n),
+            origins: Vec::with_capacity(n),
+            ..EventBatch::default()
+        };
+        let mut out = BatchOutput { events, errors: Vec::new() };
         let e = &mut out.events;
         for (i, value) in columns::items(&input.values, &input.value_ends).enumerate() {
             match self.order(value) {
