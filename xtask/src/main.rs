@@ -135,9 +135,17 @@ fn setup(extra: &[&str]) -> Result<()> {
     apt(&[&["install", "-y", "-qq"][..], &packages[..]].concat())
 }
 
-fn target_dir() -> Result<PathBuf> {
+/// The workspace as `cargo metadata` describes it (its own packages only).
+fn metadata() -> Result<serde_json::Value> {
     let out = cargo().args(["metadata", "--format-version", "1", "--no-deps"]).output()?;
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata")?;
+    if !out.status.success() {
+        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    serde_json::from_slice(&out.stdout).context("cargo metadata's output")
+}
+
+fn target_dir() -> Result<PathBuf> {
+    let meta = metadata()?;
     Ok(PathBuf::from(meta["target_directory"].as_str().context("cargo metadata has no target_directory")?))
 }
 
@@ -363,11 +371,7 @@ fn workspace_tests(tansu: &Path, python: &Path) -> Result<()> {
 /// The integration-test targets of the workspace's default members, which `cargo test` runs
 /// (`cargo metadata`).
 fn test_targets() -> Result<Vec<String>> {
-    let out = cargo().args(["metadata", "--format-version", "1", "--no-deps"]).output()?;
-    if !out.status.success() {
-        bail!("cargo metadata failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout).context("cargo metadata's output")?;
+    let meta = metadata()?;
     let defaults = meta["workspace_default_members"].as_array().context("no default members in cargo metadata")?;
     let mut names = Vec::new();
     for package in meta["packages"].as_array().into_iter().flatten().filter(|p| defaults.contains(&p["id"])) {
