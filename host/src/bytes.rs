@@ -1,7 +1,7 @@
 //! A cursor over bytes that never reads past their end: the one decoding step of Weir's binary
-//! formats (the shuffle's messages, the session log's entries). Each format names its byte
-//! order at every read; a read past the end is an error naming the byte where the input ran
-//! out, never a panic, whatever the input.
+//! formats (the shuffle's messages, the session and dedup logs' entries). Each format names its
+//! byte order at every read; a read past the end is an error naming the byte where the input
+//! ran out, never a panic, whatever the input.
 
 pub(crate) struct ByteReader<'a> {
     b: &'a [u8],

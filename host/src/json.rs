@@ -11,8 +11,8 @@
 //!   tenant's own data and get only the cheap check; what reaches the outside world is always
 //!   valid JSON.
 //!
-//! [`field`] reads one top-level field's raw JSON text with the same scanner: what keyed
-//! operators key by.
+//! [`fields`] reads fields' raw JSON text with the same scanner: what keyed operators key by
+//! and joins read.
 
 use crate::columns;
 
@@ -85,15 +85,9 @@ pub(crate) fn check_object_for<'a, const N: usize>(
     scan_for(row, paths, |e| format!("row is not valid JSON: {e}"))
 }
 
-/// The raw JSON text of `row`'s field `path` (`"user_id"`, or `"customer.id"` inside an
-/// object; `None`: it has none), after checking that `row` is one JSON object in which the
-/// field appears at most once.
-pub(crate) fn field<'a>(row: &'a [u8], path: &str) -> Result<Option<&'a [u8]>, String> {
-    let [found] = fields(row, &scan::Paths::new([path]))?;
-    Ok(found)
-}
-
-/// [`field`] for several paths in one scan, split beforehand (once per operator, not per row).
+/// The raw JSON text of `row`'s fields at `paths` (`"user_id"`, or `"customer.id"` inside an
+/// object; `None`: it has none), in one scan that checks that `row` is one JSON object in which
+/// each appears at most once. The paths are split beforehand, once per operator, not per row.
 pub(crate) fn fields<'a, const N: usize>(
     row: &'a [u8],
     paths: &scan::Paths<N>,

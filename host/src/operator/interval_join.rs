@@ -103,6 +103,8 @@ type New = (Vec<u8>, i64, u64, Vec<u8>);
 
 pub(crate) struct IntervalJoin {
     spec: Spec,
+    /// `join.on`, if the key is a row field.
+    on: Option<super::KeyField>,
     delay_ms: i64,
     lateness_ms: i64,
     failure: FailurePolicy,
@@ -138,6 +140,7 @@ impl IntervalJoin {
         let right_input = SideInput::new(spec.source.clone(), to_the_end, stop.clone());
         let join = JoinRows::new(spec.on.as_deref(), &spec.field);
         Self {
+            on: spec.on.as_deref().map(super::KeyField::new),
             spec,
             delay_ms: time.delay_ms,
             lateness_ms: time.allowed_lateness_ms,
@@ -261,7 +264,7 @@ impl Operator for IntervalJoin {
                 bad.push(letter("late", format!("behind the join's watermark ({late_below} ms)"), rec));
                 continue;
             }
-            let key = match super::event_key(self.spec.on.as_deref(), "join.on", events, i) {
+            let key = match super::event_key(self.on.as_ref(), "join.on", events, i) {
                 Ok(k) => k,
                 Err(why) => {
                     bad.push(letter("invalid-value", why, rec));

@@ -68,10 +68,13 @@ pub(crate) enum Scope {
     /// Sessions as a log of changes, by sequence, in state format 3 (`aggregate/session_log.rs`);
     /// formats 1 and 2 kept them under `Sessions`.
     SessionLog = b'g',
-    /// Kept events, by key and time (`dedup.rs`).
+    /// Kept events, by key and time, in dedup state format 1 only: what `open` converts
+    /// (`dedup.rs`).
     DedupKept = b'd',
-    /// Kept events by time, to expire them.
+    /// Format 1's kept events by time, to expire them.
     DedupExpiry = b'x',
+    /// Kept events as a log, by sequence, in dedup state format 2.
+    DedupLog = b'u',
     /// A keyed processor's state and its header, by key (`processor/layout.rs`).
     ProcessKeys = b'k',
     /// Its timers, by domain, time and key.
@@ -102,14 +105,38 @@ impl Scope {
     }
 }
 
-/// An event's key for a keyed operator: the key of its row's field `field` ([`field_key`]), or
+/// An event's key for a keyed operator: the key of its row's field `field` ([`KeyField`]), or
 /// the event's own key without one. `what` names the pipeline key in the
 /// error.
-pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i: usize) -> Result<Vec<u8>, String> {
+pub(crate) fn event_key(
+    field: Option<&KeyField>,
+    what: &str,
+    events: &EventBatch,
+    i: usize,
+) -> Result<Vec<u8>, String> {
     let Some(field) = field else {
         return Ok(crate::columns::item(&events.keys, &events.key_ends, i).to_vec());
     };
-    field_key(crate::columns::item(&events.rows, &events.row_ends, i), field).map_err(|e| format!("{what}: {e}"))
+    field.key(crate::columns::item(&events.rows, &events.row_ends, i)).map_err(|e| format!("{what}: {e}"))
+}
+
+/// A row field that keys events (`dedup.key`, `process.key`, `join.on`), its path split once,
+/// not at every event: splitting it per event was a tenth of `[dedup]`'s time.
+pub(crate) struct KeyField {
+    path: String,
+    paths: crate::json::scan::Paths<1>,
+}
+
+impl KeyField {
+    pub(crate) fn new(path: &str) -> Self {
+        Self { path: path.to_string(), paths: crate::json::scan::Paths::new([path]) }
+    }
+
+    /// The key `row` gives: its field's ([`field_key`]'s rule).
+    pub(crate) fn key(&self, row: &[u8]) -> Result<Vec<u8>, String> {
+        let [raw] = crate::json::fields(row, &self.paths)?;
+        key_text(raw.ok_or_else(|| format!("the row has no field {:?} to key by", self.path))?)
+    }
 }
 
 /// The key a row's field `path` gives (`"user_id"`, or `"customer.id"` inside an object): a
@@ -117,8 +144,7 @@ pub(crate) fn event_key(field: Option<&str>, what: &str, events: &EventBatch, i:
 /// serde_json writes them, so `1` and `1.0` differ). So a key field holding `"u1"` and a
 /// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
 pub(crate) fn field_key(row: &[u8], path: &str) -> Result<Vec<u8>, String> {
-    let raw = crate::json::field(row, path)?.ok_or_else(|| format!("the row has no field {path:?} to key by"))?;
-    key_text(raw)
+    KeyField::new(path).key(row)
 }
 
 /// The key a field's raw JSON text gives ([`field_key`]'s rule).

@@ -41,6 +41,8 @@ const MIGRATE_CHUNK: usize = 1_000;
 
 pub(crate) struct KeyedProcess {
     spec: Process,
+    /// `process.key`, if the key is a row field.
+    field: Option<super::KeyField>,
     lateness: i64,
     plugin: Box<dyn ProcessFns>,
     policy: Policy,
@@ -50,7 +52,8 @@ pub(crate) struct KeyedProcess {
 
 impl KeyedProcess {
     pub(crate) fn new(spec: Process, lateness: i64, plugin: Box<dyn ProcessFns>, policy: Policy) -> Self {
-        Self { spec, lateness, plugin, policy, processing_time: 0 }
+        let field = spec.key.as_deref().map(super::KeyField::new);
+        Self { spec, field, lateness, plugin, policy, processing_time: 0 }
     }
 
     fn entry(state: &StateStore, key: &[u8]) -> Result<Option<Entry>, OperatorError> {
@@ -328,7 +331,7 @@ impl Operator for KeyedProcess {
                 set_aside.late.push(i as u32);
                 continue;
             }
-            let key = match &self.spec.key {
+            let key = match &self.field {
                 None => Ok(Cow::Borrowed(columns::item(&events.keys, &events.key_ends, i))),
                 Some(field) => super::event_key(Some(field), "process.key", events, i).map(Cow::Owned),
             };
