@@ -200,10 +200,6 @@ impl SessionOperator {
     }
 }
 
-fn format_key() -> Vec<u8> {
-    vec![Scope::Formats as u8, OLD_SESSIONS]
-}
-
 fn corrupt(k: &[u8], message: &str) -> OperatorError {
     OperatorError::Corrupt { key: String::from_utf8_lossy(k).into(), message: message.into() }
 }
@@ -240,18 +236,7 @@ struct Session {
 
 impl Operator for SessionOperator {
     fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
-        let format = match state.get(&format_key())? {
-            None => 1,
-            Some(v) => u32::from_be_bytes(
-                v.as_slice().try_into().map_err(|_| corrupt(&format_key(), "a format that is not 4 bytes"))?,
-            ),
-        };
-        if format > FORMAT {
-            return Err(corrupt(
-                &format_key(),
-                &format!("sessions state format {format}, written by a newer build (this one reads up to {FORMAT})"),
-            ));
-        }
+        let format = crate::operator::state_format(state, Scope::Sessions, "sessions", FORMAT)?;
         self.log = Log::default();
         let mut sessions: BTreeMap<(Vec<u8>, i64), (i64, Vec<u8>)> = BTreeMap::new();
         if format < 3 {
@@ -317,7 +302,7 @@ impl Operator for SessionOperator {
         // record of the new format and version.
         if format < FORMAT || migrating.is_some() {
             self.rewrite_log(state);
-            state.put(format_key(), FORMAT.to_be_bytes().to_vec());
+            crate::operator::record_state_format(state, Scope::Sessions, FORMAT);
         }
         Ok(Opened { state_version: Some(to), migrated: migrating.map(|_| n) })
     }

@@ -193,10 +193,6 @@ impl Deduplicate {
     }
 }
 
-fn format_key() -> Vec<u8> {
-    vec![Scope::Formats as u8, OLD_KEPT]
-}
-
 fn entry_key(seq: u64) -> Vec<u8> {
     let mut k = Scope::DedupLog.key(8);
     k.extend_from_slice(&seq.to_be_bytes());
@@ -245,18 +241,7 @@ fn split_old_kept(k: &[u8]) -> Option<(&[u8], i64)> {
 
 impl Operator for Deduplicate {
     fn open(&mut self, state: &mut StateStore, restored_version: Option<u32>) -> Result<Opened, OperatorError> {
-        let format = match state.get(&format_key())? {
-            None => 1,
-            Some(v) => u32::from_be_bytes(
-                v.as_slice().try_into().map_err(|_| corrupt(&format_key(), "a format that is not 4 bytes"))?,
-            ),
-        };
-        if format > FORMAT {
-            return Err(corrupt(
-                &format_key(),
-                &format!("dedup state format {format}, written by a newer build (this one reads up to {FORMAT})"),
-            ));
-        }
+        let format = super::state_format(state, Scope::DedupKept, "dedup", FORMAT)?;
         self.kept.clear();
         self.entries.clear();
         self.next_seq = 0;
@@ -289,7 +274,7 @@ impl Operator for Deduplicate {
             for (k, _) in state.range(&[OLD_EXPIRY], &[OLD_EXPIRY + 1])? {
                 state.delete(k);
             }
-            state.put(format_key(), FORMAT.to_be_bytes().to_vec());
+            super::record_state_format(state, Scope::DedupKept, FORMAT);
         }
         self.next.open(state, restored_version)
     }
@@ -577,7 +562,7 @@ mod tests {
         for scope in [OLD_KEPT, OLD_EXPIRY] {
             assert!(state.range(&[scope], &[scope + 1]).unwrap().is_empty(), "format 1's entries are deleted");
         }
-        assert_eq!(state.get(&format_key()).unwrap(), Some(FORMAT.to_be_bytes().to_vec()));
+        assert_eq!(crate::operator::state_format(&state, Scope::DedupKept, "dedup", FORMAT).unwrap(), FORMAT);
         // Reopened from the log alone: key 1 at 120 and key 2 at 190 repeat, key 1 at 300 does not.
         let mut op = dedup(&spec, &fail);
         op.open(&mut state, None).unwrap();

@@ -81,7 +81,8 @@ pub(crate) enum Scope {
     ProcessTimers = b't',
     /// When its keys' TTL runs out, by time and key.
     ProcessExpiry = b'l',
-    /// The state format an operator wrote, by the operator's scope (`f` + `s`: sessions).
+    /// The state format an operator wrote, by the operator's scope (`f` + `s`: sessions, `f` +
+    /// `d`: deduplication; `state_format`).
     Formats = b'f',
     /// A join's table rows, by key (`table_join.rs`).
     Table = b'j',
@@ -103,6 +104,31 @@ impl Scope {
         k.push(self as u8);
         k
     }
+}
+
+/// The layout an operator's state is in, recorded under `Scope::Formats` + `owner`'s byte: 1
+/// when none is recorded (the layout before formats were). A layout newer than `newest`, the
+/// one this build writes, is refused by name rather than misread.
+pub(crate) fn state_format(state: &StateStore, owner: Scope, what: &str, newest: u32) -> Result<u32, OperatorError> {
+    let key = [Scope::Formats as u8, owner as u8];
+    let corrupt = |message: String| OperatorError::Corrupt { key: String::from_utf8_lossy(&key).into(), message };
+    let format = match state.get(&key)? {
+        None => 1,
+        Some(v) => {
+            u32::from_be_bytes(v.as_slice().try_into().map_err(|_| corrupt("a format that is not 4 bytes".into()))?)
+        }
+    };
+    if format > newest {
+        return Err(corrupt(format!(
+            "{what} state format {format}, written by a newer build (this one reads up to {newest})"
+        )));
+    }
+    Ok(format)
+}
+
+/// Records that `owner`'s state is now in layout `format`, staged with the conversion to it.
+pub(crate) fn record_state_format(state: &mut StateStore, owner: Scope, format: u32) {
+    state.put(vec![Scope::Formats as u8, owner as u8], format.to_be_bytes().to_vec());
 }
 
 /// An event's key for a keyed operator: the key of its row's field `field` ([`KeyField`]), or
