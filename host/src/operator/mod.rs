@@ -146,8 +146,14 @@ pub(crate) fn event_key(
     field.key(crate::columns::item(&events.rows, &events.row_ends, i)).map_err(|e| format!("{what}: {e}"))
 }
 
-/// A row field that keys events (`dedup.key`, `process.key`, `join.on`), its path split once,
-/// not at every event: splitting it per event was a tenth of `[dedup]`'s time.
+/// A row field that keys events or rows (`dedup.key`, `process.key`, `join.on`, `sink.key`),
+/// its path split once, not at every row: splitting it per event was a tenth of `[dedup]`'s
+/// time.
+///
+/// The key a row's field (`"user_id"`, or `"customer.id"` inside an object) gives is a
+/// string's own text, any other value's JSON text (an integer as written, other numbers as
+/// serde_json writes them, so `1` and `1.0` differ). So a key field holding `"u1"` and a
+/// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
 pub(crate) struct KeyField {
     path: String,
     paths: crate::json::scan::Paths<1>,
@@ -158,22 +164,14 @@ impl KeyField {
         Self { path: path.to_string(), paths: crate::json::scan::Paths::new([path]) }
     }
 
-    /// The key `row` gives: its field's ([`field_key`]'s rule).
+    /// The key `row`'s field gives.
     pub(crate) fn key(&self, row: &[u8]) -> Result<Vec<u8>, String> {
         let [raw] = crate::json::fields(row, &self.paths)?;
         key_text(raw.ok_or_else(|| format!("the row has no field {:?} to key by", self.path))?)
     }
 }
 
-/// The key a row's field `path` gives (`"user_id"`, or `"customer.id"` inside an object): a
-/// string's own text, any other value's JSON text (an integer as written, other numbers as
-/// serde_json writes them, so `1` and `1.0` differ). So a key field holding `"u1"` and a
-/// parser that keys the event `u1` agree, and so do a changelog's message keys and a table's.
-pub(crate) fn field_key(row: &[u8], path: &str) -> Result<Vec<u8>, String> {
-    KeyField::new(path).key(row)
-}
-
-/// The key a field's raw JSON text gives ([`field_key`]'s rule).
+/// The key a field's raw JSON text gives ([`KeyField`]'s rule).
 pub(crate) fn key_text(raw: &[u8]) -> Result<Vec<u8>, String> {
     // The common cases without a decoder: a string without escapes, an integer.
     match raw {
@@ -398,11 +396,11 @@ pub(crate) trait Operator: Send {
 
 #[cfg(test)]
 mod tests {
-    use super::field_key;
+    use super::KeyField;
 
     #[test]
     fn a_key_field_is_a_string_s_text_or_another_value_s_json() {
-        let key = |row: &str, f: &str| field_key(row.as_bytes(), f).map(|k| String::from_utf8(k).unwrap());
+        let key = |row: &str, f: &str| KeyField::new(f).key(row.as_bytes()).map(|k| String::from_utf8(k).unwrap());
         assert_eq!(key(r#"{"u":"a1","n":2}"#, "u").unwrap(), "a1");
         assert_eq!(key(r#"{"u":"a\u0031"}"#, "u").unwrap(), "a1", "escapes decoded");
         assert_eq!(key(r#"{"u":42}"#, "u").unwrap(), "42");

@@ -39,6 +39,7 @@ use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 
 use super::{Barrier, Delivery, RowSink, Rows, SinkError};
 use crate::kafka::{ACK_POLL, CALL_TIMEOUT, FLUSH_TIMEOUT, KafkaError, client_config, connection_options, with_retry};
+use crate::operator::KeyField;
 use crate::pipeline::KafkaSinkConfig;
 
 /// The header carrying a message's batch id (decimal).
@@ -126,7 +127,7 @@ pub(crate) struct KafkaSink {
     sent: u64,
     topic: String,
     /// `sink.key`: the row field whose value keys each message, instead of the row's own key.
-    key_field: Option<String>,
+    key_field: Option<KeyField>,
     /// Stamp each message with its row's event time (a project's dataset).
     event_time_stamps: bool,
     /// Connection options, for the start-up scan's consumer.
@@ -151,7 +152,7 @@ impl KafkaSink {
             producer: Arc::new(producer),
             sent: 0,
             topic: cfg.topic.clone(),
-            key_field: cfg.key.clone(),
+            key_field: cfg.key.as_deref().map(KeyField::new),
             event_time_stamps: cfg.event_time_stamps,
             options: connection_options(&cfg.options),
             transactional: cfg.transactional,
@@ -188,7 +189,7 @@ impl KafkaSink {
             let field_key;
             let key = match &self.key_field {
                 Some(field) if !row.is_empty() => {
-                    field_key = crate::operator::field_key(row, field).unwrap_or_default();
+                    field_key = field.key(row).unwrap_or_default();
                     &field_key[..]
                 }
                 _ => key,

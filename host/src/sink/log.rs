@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use super::{Delivery, RowSink, Rows, SinkError};
 use crate::dataset::log::Log;
+use crate::operator::KeyField;
 use crate::pipeline::DatasetRef;
 
 pub(crate) struct LogSink {
@@ -17,12 +18,13 @@ pub(crate) struct LogSink {
     table: bool,
     retention: Option<Duration>,
     /// `sink.key`: the row field whose value keys each row, instead of the row's own key.
-    key_field: Option<String>,
+    key_field: Option<KeyField>,
 }
 
 impl LogSink {
     pub(crate) fn open(d: &DatasetRef, dir: &Path, key_field: Option<String>) -> Result<Self, SinkError> {
         let log = Log::open(dir, d.table).map_err(SinkError::Log)?;
+        let key_field = key_field.as_deref().map(KeyField::new);
         Ok(Self { log, dataset: d.name.clone(), table: d.table, retention: d.retention, key_field })
     }
 }
@@ -36,7 +38,7 @@ impl RowSink for LogSink {
                     .iter()
                     .map(|(key, row)| match row.is_empty() {
                         true => Ok((key.to_vec(), row)),
-                        false => crate::operator::field_key(row, field).map(|k| (k, row)),
+                        false => field.key(row).map(|k| (k, row)),
                     })
                     .collect::<Result<_, _>>()
                     .map_err(|why| SinkError::Unkeyed { dataset: self.dataset.clone(), why })?;
