@@ -10,13 +10,12 @@
 //! skip-list walk of key comparisons) for every session at every batch that touched it, a fifth
 //! of the operator's time; one entry per batch is one insert, however many sessions changed.
 //!
-//! Keys: `Scope::SessionLog` + sequence number (8 bytes, big-endian, so byte order is replay
-//! order). An entry is a list of changes:
+//! Keys: `Scope::SessionLog.log_key(seq)`, the scope's byte + sequence number (8 bytes,
+//! big-endian, so byte order is replay order). An entry is a list of changes:
 //! `1` key-length (u32) key start end accumulator-length (u32) accumulator (put), or
 //! `2` key-length key start (delete); integers big-endian.
 
 use crate::bytes::ByteReader;
-use crate::operator::Scope;
 
 /// The most bytes a snapshot writes to one entry.
 pub(super) const ENTRY_BYTES: usize = 1 << 20;
@@ -40,18 +39,6 @@ const DELETE: u8 = 2;
 pub(super) enum Change<'a> {
     Put { key: &'a [u8], start: i64, end: i64, acc: &'a [u8] },
     Delete { key: &'a [u8], start: i64 },
-}
-
-/// The state key of entry `seq`.
-pub(super) fn entry_key(seq: u64) -> Vec<u8> {
-    let mut k = Scope::SessionLog.key(8);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
-/// The sequence number of an entry's key.
-pub(super) fn seq_of(key: &[u8]) -> Option<u64> {
-    Some(u64::from_be_bytes(key.get(1..9)?.try_into().ok()?))
 }
 
 /// Appends a put to `entry`.
@@ -100,13 +87,6 @@ pub(super) fn decode(entry: &[u8]) -> Result<Vec<Change<'_>>, String> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn entry_keys_order_by_sequence() {
-        assert!(entry_key(9) < entry_key(10) && entry_key(255) < entry_key(256));
-        assert_eq!(seq_of(&entry_key(42)), Some(42));
-        assert_eq!(seq_of(b"g"), None);
-    }
 
     proptest! {
         /// Whatever is written decodes to the same changes; any cut of it is refused or decodes

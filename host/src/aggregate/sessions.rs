@@ -121,7 +121,7 @@ impl Log {
     /// Stages `entry` as the log's next.
     fn append(&mut self, state: &mut StateStore, entry: Vec<u8>) {
         self.bytes += entry.len();
-        state.put(session_log::entry_key(self.next), entry);
+        state.put(Scope::SessionLog.log_key(self.next), entry);
         self.next += 1;
     }
 }
@@ -251,7 +251,7 @@ impl Operator for SessionOperator {
             }
         } else {
             for (i, (k, v)) in state.range(&[LOG], &[LOG + 1])?.into_iter().enumerate() {
-                let seq = session_log::seq_of(&k).ok_or_else(|| corrupt(&k, "bad sessions log key"))?;
+                let seq = Scope::log_seq(&k).ok_or_else(|| corrupt(&k, "bad sessions log key"))?;
                 if i == 0 {
                     self.log.first = seq;
                 }
@@ -592,7 +592,7 @@ impl SessionOperator {
     /// `ENTRY_BYTES`, and the deletes of every entry before it: one atomic write at commit.
     fn rewrite_log(&mut self, state: &mut StateStore) {
         for seq in self.log.first..self.log.next {
-            state.delete(session_log::entry_key(seq));
+            state.delete(Scope::SessionLog.log_key(seq));
         }
         self.log = Log { first: self.log.next, next: self.log.next, bytes: 0 };
         let mut entry = Vec::new();

@@ -187,16 +187,10 @@ impl Deduplicate {
 
     /// Stages `entry` (kept events whose latest time is `latest`) as the log's next.
     fn append(&mut self, state: &mut StateStore, latest: i64, entry: Vec<u8>) {
-        state.put(entry_key(self.next_seq), entry);
+        state.put(Scope::DedupLog.log_key(self.next_seq), entry);
         self.entries.push_back((self.next_seq, latest));
         self.next_seq += 1;
     }
-}
-
-fn entry_key(seq: u64) -> Vec<u8> {
-    let mut k = Scope::DedupLog.key(8);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
 }
 
 fn corrupt(k: &[u8], message: &str) -> OperatorError {
@@ -246,8 +240,7 @@ impl Operator for Deduplicate {
         self.entries.clear();
         self.next_seq = 0;
         for (k, v) in state.range(&[LOG], &[LOG + 1])? {
-            let seq = k.get(1..9).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
-            let seq = seq.ok_or_else(|| corrupt(&k, "bad dedup log key"))?;
+            let seq = Scope::log_seq(&k).ok_or_else(|| corrupt(&k, "bad dedup log key"))?;
             let latest = self.replay(&k, &v)?;
             self.entries.push_back((seq, latest));
             self.next_seq = seq + 1;
@@ -317,7 +310,7 @@ impl Operator for Deduplicate {
         if !expired.is_empty() {
             self.entries.retain(|&(_, latest)| latest >= cutoff);
             for seq in expired {
-                let k = entry_key(seq);
+                let k = Scope::DedupLog.log_key(seq);
                 let entry = state.get(&k)?.ok_or_else(|| corrupt(&k, "a dedup log entry missing from the store"))?;
                 self.forget(&entry).map_err(|e| corrupt(&k, &format!("dedup log entry: {e}")))?;
                 state.delete(k);

@@ -104,6 +104,19 @@ impl Scope {
         k.push(self as u8);
         k
     }
+
+    /// The key of entry `seq` of a log in this scope (the sessions' and deduplication's): the
+    /// scope's byte, then `seq` big-endian, so that byte order is replay order.
+    pub(crate) fn log_key(self, seq: u64) -> Vec<u8> {
+        let mut k = self.key(8);
+        k.extend_from_slice(&seq.to_be_bytes());
+        k
+    }
+
+    /// The sequence number of a log entry's key ([`Scope::log_key`]).
+    pub(crate) fn log_seq(key: &[u8]) -> Option<u64> {
+        Some(u64::from_be_bytes(key.get(1..9)?.try_into().ok()?))
+    }
 }
 
 /// The layout an operator's state is in, recorded under `Scope::Formats` + `owner`'s byte: 1
@@ -396,7 +409,15 @@ pub(crate) trait Operator: Send {
 
 #[cfg(test)]
 mod tests {
-    use super::KeyField;
+    use super::{KeyField, Scope};
+
+    #[test]
+    fn log_keys_order_by_sequence() {
+        let entry_key = |seq| Scope::SessionLog.log_key(seq);
+        assert!(entry_key(9) < entry_key(10) && entry_key(255) < entry_key(256));
+        assert_eq!(Scope::log_seq(&entry_key(42)), Some(42));
+        assert_eq!(Scope::log_seq(b"g"), None);
+    }
 
     #[test]
     fn a_key_field_is_a_string_s_text_or_another_value_s_json() {
