@@ -41,7 +41,9 @@ pub trait Aggregator: Sized + Send + Sync + 'static {
 
     fn new(config: &Config) -> Result<Self, PluginError>;
 
-    /// Adds one event to the accumulator.
+    /// Adds one event to the accumulator. A window's events come in input order; the SDK may
+    /// interleave several windows' within a call (`docs/plugins.md`, "The order of events"), so
+    /// this should depend on the accumulator and the event alone.
     fn add(&self, acc: &mut Self::Acc, event: &Event<'_>) -> Result<(), PluginError>;
 
     /// Folds `other` into `acc` (session windows that grow together, sliding-window panes).

@@ -60,7 +60,7 @@ pub struct Processed<S> {
 }
 
 /// The role built from `config` as the host would build it, keys it never reads refused.
-fn role<T>(config: &str, new: fn(&Config) -> Result<T, PluginError>) -> Result<OnceLock<T>, PluginError> {
+pub(crate) fn role<T>(config: &str, new: fn(&Config) -> Result<T, PluginError>) -> Result<OnceLock<T>, PluginError> {
     let config = Config::from_json(config)?;
     let value = new(&config)?;
     config.check_all_read()?;
@@ -88,7 +88,7 @@ fn ends<'a>(items: impl Iterator<Item = &'a [u8]>, data: &mut Vec<u8>) -> Vec<u3
         .collect()
 }
 
-fn event_batch(events: &[TestEvent]) -> types::EventBatch {
+pub(crate) fn event_batch(events: &[TestEvent]) -> types::EventBatch {
     let (mut keys, mut rows) = (Vec::new(), Vec::new());
     let key_ends = ends(events.iter().map(|e| e.key.as_deref().unwrap_or_default()), &mut keys);
     let row_ends = ends(events.iter().map(|e| e.row.as_slice()), &mut rows);

@@ -416,11 +416,18 @@ impl Operator for SessionOperator {
                     continue;
                 }
                 let first = starts.len();
+                let first_member = members.len();
                 for iv in run {
                     match open.get(iv.id) {
                         Some(o) => starts.push(o.start),
                         None => members.push(evs[iv.id - open.len()].2),
                     }
+                }
+                // A session's events go to the plugin in input order, as every window's do: the
+                // plugin can then fold the whole batch front to back (the guest SDK does).
+                let mine = &mut members[first_member..];
+                if !mine.is_sorted() {
+                    mine.sort_unstable();
                 }
                 session_ends.push(members.len() as u32);
                 let mut olds = run.iter().filter_map(|iv| open.get(iv.id));

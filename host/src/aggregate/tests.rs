@@ -327,6 +327,58 @@ fn members_are_laid_out_group_by_group_in_event_order() {
     assert_eq!(ends, vec![2, 4, 5]);
 }
 
+/// Counts events as [`Count`] does, and records each group's members as it was given them.
+struct Recording(std::sync::Arc<std::sync::Mutex<Vec<Vec<u32>>>>);
+
+impl AggregateFns for Recording {
+    fn accumulate(
+        &mut self,
+        accs: &[Vec<u8>],
+        events: &EventBatch,
+        members: &[u32],
+        ends: &[u32],
+    ) -> Result<Vec<Vec<u8>>, PluginError> {
+        let mut seen = self.0.lock().unwrap();
+        let mut start = 0;
+        for &end in ends {
+            seen.push(members[start..end as usize].to_vec());
+            start = end as usize;
+        }
+        Count.accumulate(accs, events, members, ends)
+    }
+    fn merge(&mut self, accs: &[Vec<u8>], ends: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Count.merge(accs, ends)
+    }
+    fn finish(&mut self, accs: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+        Count.finish(accs)
+    }
+    fn stage(&self) -> &str {
+        "test/aggregate"
+    }
+}
+
+/// A session's events reach the plugin in input order, as a tumbling window's do, however out
+/// of order their times came: the guest SDK then folds a whole batch front to back.
+#[test]
+fn a_session_s_events_reach_the_plugin_in_input_order() {
+    let seen = std::sync::Arc::default();
+    let op = sessions::SessionOperator::new(
+        MIN,
+        0,
+        OutputMode::Append,
+        Box::new(Recording(std::sync::Arc::clone(&seen))),
+        policy(),
+    );
+    let mut h = Harness::new(Box::new(op));
+    // `a`: one session out of time order; `b`: two sessions, the later one first.
+    let batch = [(30_000, "a"), (10 * MIN, "b"), (0, "a"), (MIN, "b"), (20_000, "a"), (10 * MIN + 5, "b")];
+    let (late, _) = h.batch(&batch, NONE);
+    assert!(late.is_empty());
+    let mut groups = seen.lock().unwrap().clone();
+    groups.sort();
+    assert_eq!(groups, vec![vec![0, 2, 4], vec![1, 5], vec![3]]);
+}
+
 /// A checkpoint of sessions state format 1 (a key per session, and the end index in the store)
 /// opens as format 3: its sessions carry on from memory, the old keys go in the first commit,
 /// and the log that replaces them opens to the same sessions.
