@@ -22,12 +22,20 @@
 //! keys and hashing them with SipHash were a fifth of the operator's time; then sharing each key
 //! (`Arc`) through the index and the lists still cost a cache miss on its count at every clone
 //! and drop, and a `memcmp` at every tie of ends in the index.
+//!
+//! A slot holds its key, its first open session and that session's accumulator inline (keys and
+//! accumulators up to 16 bytes), so touching a key costs its slot's cache lines and not a heap
+//! block each for the key, the sessions and the accumulator. A slot is a miss whenever a batch
+//! comes back to it (its key was last seen minutes of event time before), so the loops that walk
+//! a batch's slots by number ask for them a few ahead.
 
 use std::collections::BTreeMap;
+use std::hash::BuildHasher;
 use std::ops::Range;
-use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::{FxBuildHasher, FxHashMap};
+use smallvec::SmallVec;
 
 use super::emit::{self, Policy};
 use super::session_ends::Ends;
@@ -53,16 +61,24 @@ const END_BYTES: usize = 8;
 /// sessions as a log of changes.
 const FORMAT: u32 = 3;
 
-/// A group key, held by its slot and the map from keys to slots.
-type Key = Arc<[u8]>;
+/// Bytes of a key held in its slot itself; a longer key takes a heap block of its own.
+const INLINE_KEY: usize = 16;
+/// Bytes of an accumulator held in its session itself (`plugins/error-rate`'s are 16); a
+/// longer one takes a heap block of its own.
+const INLINE_ACC: usize = 16;
 
-/// A key's open sessions, by start. A slot without sessions is free: out of the map, its
-/// number on the free list, its key kept until the slot is reused (an absorbed session's
-/// delete, written at the batch's end, still needs it).
+/// A group key, held by its slot.
+type Key = SmallVec<[u8; INLINE_KEY]>;
+/// An open session's accumulator.
+type Acc = SmallVec<[u8; INLINE_ACC]>;
+
+/// A key's open sessions, by start, most often one. A slot without sessions is free: out of the
+/// map, its number on the free list, its key kept until the slot is reused (an absorbed
+/// session's delete, written at the batch's end, still needs it).
 #[derive(Debug)]
 struct Slot {
     key: Key,
-    open: Vec<Open>,
+    open: SmallVec<[Open; 1]>,
 }
 
 /// An open session of a key.
@@ -70,7 +86,7 @@ struct Slot {
 struct Open {
     start: i64,
     end: i64,
-    acc: Vec<u8>,
+    acc: Acc,
     /// Whether the store holds it (as committed, or written in this batch).
     stored: bool,
     /// Changed by the current batch, and not yet written: `changed` may list it more than once
@@ -84,8 +100,9 @@ pub(super) struct SessionOperator {
     mode: OutputMode,
     agg: Box<dyn AggregateFns>,
     policy: Policy,
-    /// The slot of each key with open sessions.
-    ids: FxHashMap<Key, u32>,
+    /// The slot of each key with open sessions, by the hash of its key ([`key_hash`]); the key
+    /// itself is compared in its slot.
+    ids: HashTable<u32>,
     /// Every key's open sessions, by slot number.
     slots: Vec<Slot>,
     /// Slots without sessions, to reuse.
@@ -139,7 +156,7 @@ impl SessionOperator {
             mode,
             agg,
             policy,
-            ids: FxHashMap::default(),
+            ids: HashTable::new(),
             slots: Vec::new(),
             free: Vec::new(),
             ends: Ends::default(),
@@ -171,19 +188,24 @@ impl SessionOperator {
 
     /// A slot for `key`, which has none: a free one, or a new one.
     fn new_slot(&mut self, key: &[u8]) -> u32 {
-        let key = Key::from(key);
         let id = match self.free.pop() {
             Some(id) => {
-                self.slots[id as usize].key = key.clone();
+                self.slots[id as usize].key = Key::from_slice(key);
                 id
             }
             None => {
-                self.slots.push(Slot { key: key.clone(), open: Vec::new() });
+                self.slots.push(Slot { key: Key::from_slice(key), open: SmallVec::new() });
                 self.slots.len() as u32 - 1
             }
         };
-        self.ids.insert(key, id);
+        let slots = &self.slots;
+        self.ids.insert_unique(key_hash(key), id, |&id| key_hash(&slots[id as usize].key));
         id
+    }
+
+    /// The slot of `key`, if it has open sessions.
+    fn slot_of(&self, key: &[u8]) -> Option<u32> {
+        self.ids.find(key_hash(key), |&id| *self.slots[id as usize].key == *key).copied()
     }
 
     /// Rewrites the log once it holds `bytes` (tests: to rewrite small states often).
@@ -198,6 +220,34 @@ impl SessionOperator {
     pub(super) fn index_entries(&self) -> usize {
         self.ends.len()
     }
+}
+
+/// How many slots ahead the loops over a batch's slots ask for them ([`prefetch`]).
+const PREFETCH_AHEAD: usize = 8;
+
+/// Asks for a slot's cache lines ahead of its use. The loops that visit a batch's slots (those
+/// it changed, those whose sessions leave) know every slot number up front, and each slot is a
+/// miss: it was last touched minutes of event time ago.
+#[inline]
+fn prefetch(slots: &[Slot], id: Option<u32>) {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(slot) = id.and_then(|id| slots.get(id as usize)) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        let first = (slot as *const Slot).cast::<i8>();
+        // SAFETY: a prefetch is a hint: it reads nothing the program sees and never faults, and
+        // SSE, which it needs, is part of every x86-64 target.
+        unsafe {
+            _mm_prefetch::<_MM_HINT_T0>(first);
+            _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(std::mem::size_of::<Slot>() - 1));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (slots, id);
+}
+
+/// The hash the slots are found by.
+fn key_hash(key: &[u8]) -> u64 {
+    FxBuildHasher.hash_one(key)
 }
 
 fn corrupt(k: &[u8], message: &str) -> OperatorError {
@@ -295,7 +345,7 @@ impl Operator for SessionOperator {
             let id = self.slots.len() as u32 - 1;
             let slot = &mut self.slots[id as usize];
             self.live_bytes += size(&slot.key, &acc);
-            slot.open.push(Open { start, end, acc, stored: true, changed: false });
+            slot.open.push(Open { start, end, acc: Acc::from_vec(acc), stored: true, changed: false });
         }
         self.index_ends();
         // Another layout or other accumulators: the log is written anew, committed with the
@@ -393,7 +443,7 @@ impl Operator for SessionOperator {
         for (group, (&key, &to)) in keys.iter().zip(&group_ends).enumerate() {
             let evs = &keyed[from..to as usize];
             from = to as usize;
-            let slot = self.ids.get(key).copied();
+            let slot = self.slot_of(key);
             let open = slot.map_or(&[][..], |id| self.slots[id as usize].open.as_slice());
             // Intervals by start, an open session before an event that starts with it: the
             // key's open sessions (ids < open.len()) and its events, both already in order.
@@ -433,9 +483,9 @@ impl Operator for SessionOperator {
                 let mut olds = run.iter().filter_map(|iv| open.get(iv.id));
                 match starts.len() - first {
                     0 => accs.push(Vec::new()),
-                    1 => accs.push(olds.next().map(|o| o.acc.clone()).unwrap_or_default()),
+                    1 => accs.push(olds.next().map(|o| o.acc.to_vec()).unwrap_or_default()),
                     _ => {
-                        flat.extend(olds.map(|o| o.acc.clone()));
+                        flat.extend(olds.map(|o| o.acc.to_vec()));
                         flat_ends.push(flat.len() as u32);
                         merging.push(accs.len());
                         accs.push(Vec::new());
@@ -455,7 +505,8 @@ impl Operator for SessionOperator {
         let updated = self.agg.accumulate(&accs, events, &members, &session_ends)?;
         // Nothing failed: from here on, memory changes.
         let mut made: Option<(usize, u32)> = None;
-        for (s, acc) in sessions.into_iter().zip(updated) {
+        for (i, (s, acc)) in sessions.iter().zip(updated).enumerate() {
+            prefetch(&self.slots, sessions.get(i + PREFETCH_AHEAD).and_then(|s| s.slot));
             let id = match (s.slot, made) {
                 (Some(id), _) => id,
                 (None, Some((group, id))) if group == s.group => id,
@@ -466,7 +517,7 @@ impl Operator for SessionOperator {
                 }
             };
             let slot = &mut self.slots[id as usize];
-            let absorbed = &starts[s.absorbed];
+            let absorbed = &starts[s.absorbed.clone()];
             let mut stored = false;
             // Whether the session was open before with the same start and end: its entry in the
             // end index still names it.
@@ -488,7 +539,7 @@ impl Operator for SessionOperator {
             }
             self.live_bytes += size(&slot.key, &acc);
             let at = slot.open.partition_point(|o| o.start < s.start);
-            slot.open.insert(at, Open { start: s.start, end: s.end, acc, stored, changed: true });
+            slot.open.insert(at, Open { start: s.start, end: s.end, acc: Acc::from_vec(acc), stored, changed: true });
             if !indexed {
                 self.ends.add(s.end, id, s.start);
             }
@@ -540,13 +591,17 @@ impl SessionOperator {
         // The batch's entry in the log.
         let mut entry = Vec::new();
         let mut out = Vec::new();
-        for (end, id, start) in self.ends.take_until(now) {
+        let leaving = self.ends.take_until(now);
+        for (i, &(end, id, start)) in leaving.iter().enumerate() {
+            prefetch(&self.slots, leaving.get(i + PREFETCH_AHEAD).map(|e| e.1));
             // An entry of a session that has since grown, merged or closed names none.
             let Some(slot) = self.slots.get_mut(id as usize) else { continue };
             let Some(at) = slot.open.iter().position(|o| o.start == start && o.end == end) else { continue };
             let o = slot.open.remove(at);
             if slot.open.is_empty() {
-                self.ids.remove(&*slot.key);
+                if let Ok(entry) = self.ids.find_entry(key_hash(&slot.key), |&other| other == id) {
+                    entry.remove();
+                }
                 self.free.push(id);
             }
             self.live_bytes = self.live_bytes.saturating_sub(size(&slot.key, &o.acc));
@@ -558,13 +613,13 @@ impl SessionOperator {
                 OutputMode::Update => o.changed,
             };
             if take {
-                out.push(WindowAcc { start, end, key: slot.key.to_vec(), acc: o.acc });
+                out.push(WindowAcc { start, end, key: slot.key.to_vec(), acc: o.acc.into_vec() });
             }
         }
         if self.mode == OutputMode::Complete {
             for slot in &self.slots {
                 for o in &slot.open {
-                    out.push(WindowAcc { start: o.start, end: o.end, key: slot.key.to_vec(), acc: o.acc.clone() });
+                    out.push(WindowAcc { start: o.start, end: o.end, key: slot.key.to_vec(), acc: o.acc.to_vec() });
                 }
             }
         }
@@ -575,14 +630,15 @@ impl SessionOperator {
             }
         }
         // Each changed session still open: written once, and emitted in update mode.
-        for (id, start) in changed {
+        for (i, &(id, start)) in changed.iter().enumerate() {
+            prefetch(&self.slots, changed.get(i + PREFETCH_AHEAD).map(|c| c.0));
             let Some(slot) = self.slots.get_mut(id as usize) else { continue };
             let Some(o) = slot.open.iter_mut().find(|o| o.start == start && o.changed) else { continue };
             o.changed = false;
             o.stored = true;
             session_log::put(&mut entry, &slot.key, start, o.end, &o.acc);
             if self.mode == OutputMode::Update {
-                out.push(WindowAcc { start, end: o.end, key: slot.key.to_vec(), acc: o.acc.clone() });
+                out.push(WindowAcc { start, end: o.end, key: slot.key.to_vec(), acc: o.acc.to_vec() });
             }
         }
         let limit = (session_log::REWRITE_FACTOR * self.live_bytes).max(self.rewrite_min);
