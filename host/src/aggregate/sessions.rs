@@ -100,9 +100,9 @@ pub(super) struct SessionOperator {
     mode: OutputMode,
     agg: Box<dyn AggregateFns>,
     policy: Policy,
-    /// The slot of each key with open sessions, by the hash of its key ([`key_hash`]); the key
-    /// itself is compared in its slot.
-    ids: HashTable<u32>,
+    /// The slot of each key with open sessions and the high half of its key's hash, by that
+    /// hash ([`key_hash`]); the key itself is compared in its slot.
+    ids: HashTable<(u32, u32)>,
     /// Every key's open sessions, by slot number.
     slots: Vec<Slot>,
     /// Slots without sessions, to reuse.
@@ -199,13 +199,31 @@ impl SessionOperator {
             }
         };
         let slots = &self.slots;
-        self.ids.insert_unique(key_hash(key), id, |&id| key_hash(&slots[id as usize].key));
+        let hash = key_hash(key);
+        self.ids.insert_unique(hash, (id, tag(hash)), |&(id, _)| key_hash(&slots[id as usize].key));
         id
     }
 
     /// The slot of `key`, if it has open sessions.
     fn slot_of(&self, key: &[u8]) -> Option<u32> {
-        self.ids.find(key_hash(key), |&id| *self.slots[id as usize].key == *key).copied()
+        self.ids.find(key_hash(key), |&(id, _)| *self.slots[id as usize].key == *key).map(|&(id, _)| id)
+    }
+
+    /// The slot that is most likely `key`'s, found by its hash alone, without reading a slot:
+    /// [`Self::confirmed`] says whether it is. Finding every key of a batch this way first lets
+    /// the walk that reads the slots ask for them ahead.
+    fn candidate(&self, key: &[u8]) -> Option<u32> {
+        let hash = key_hash(key);
+        self.ids.find(hash, |&(_, t)| t == tag(hash)).map(|&(id, _)| id)
+    }
+
+    /// `key`'s slot, given its [`Self::candidate`]: that one when it holds `key`, else looked up
+    /// again in full (two keys whose hashes share a table group and a high half).
+    fn confirmed(&self, candidate: Option<u32>, key: &[u8]) -> Option<u32> {
+        match candidate {
+            Some(id) if *self.slots[id as usize].key == *key => Some(id),
+            _ => self.slot_of(key),
+        }
     }
 
     /// Rewrites the log once it holds `bytes` (tests: to rewrite small states often).
@@ -248,6 +266,11 @@ fn prefetch(slots: &[Slot], id: Option<u32>) {
 /// The hash the slots are found by.
 fn key_hash(key: &[u8]) -> u64 {
     FxBuildHasher.hash_one(key)
+}
+
+/// The high half of a key's hash, kept beside its slot number.
+fn tag(hash: u64) -> u32 {
+    (hash >> 32) as u32
 }
 
 fn corrupt(k: &[u8], message: &str) -> OperatorError {
@@ -439,11 +462,13 @@ impl Operator for SessionOperator {
         let mut members: Vec<u32> = Vec::with_capacity(keyed.len());
         let mut session_ends: Vec<u32> = Vec::new();
         let mut ivs: Vec<Interval> = Vec::new();
+        let candidates: Vec<Option<u32>> = keys.iter().map(|key| self.candidate(key)).collect();
         let mut from = 0;
         for (group, (&key, &to)) in keys.iter().zip(&group_ends).enumerate() {
             let evs = &keyed[from..to as usize];
             from = to as usize;
-            let slot = self.slot_of(key);
+            prefetch(&self.slots, candidates.get(group + PREFETCH_AHEAD).copied().flatten());
+            let slot = self.confirmed(candidates[group], key);
             let open = slot.map_or(&[][..], |id| self.slots[id as usize].open.as_slice());
             // Intervals by start, an open session before an event that starts with it: the
             // key's open sessions (ids < open.len()) and its events, both already in order.
@@ -599,7 +624,7 @@ impl SessionOperator {
             let Some(at) = slot.open.iter().position(|o| o.start == start && o.end == end) else { continue };
             let o = slot.open.remove(at);
             if slot.open.is_empty() {
-                if let Ok(entry) = self.ids.find_entry(key_hash(&slot.key), |&other| other == id) {
+                if let Ok(entry) = self.ids.find_entry(key_hash(&slot.key), |&(other, _)| other == id) {
                     entry.remove();
                 }
                 self.free.push(id);
