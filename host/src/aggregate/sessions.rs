@@ -217,8 +217,9 @@ impl SessionOperator {
         self.ids.find(hash, |&(_, t)| t == tag(hash)).map(|&(id, _)| id)
     }
 
-    /// `key`'s slot, given its [`Self::candidate`]: that one when it holds `key`, else looked up
-    /// again in full (two keys whose hashes share a table group and a high half).
+    /// `key`'s slot, given its [`Self::candidate`] (found since the map last changed: a freed
+    /// slot keeps its key until reused): that one when it holds `key`, else looked up again in
+    /// full (two keys whose hashes share a high half).
     fn confirmed(&self, candidate: Option<u32>, key: &[u8]) -> Option<u32> {
         match candidate {
             Some(id) if *self.slots[id as usize].key == *key => Some(id),
@@ -702,6 +703,7 @@ impl SessionOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::plugin::PluginError;
     use crate::state::time_key;
 
     #[test]
@@ -711,5 +713,60 @@ mod tests {
         k.extend_from_slice(&time_key(-42));
         assert_eq!(split_session_key(&k).unwrap(), (b"user-7".to_vec(), -42));
         assert!(split_session_key(b"s\0\0\0\x09ab").is_err());
+    }
+
+    /// Stands in for a plugin in tests that call no aggregator function.
+    struct NoCalls;
+
+    impl AggregateFns for NoCalls {
+        fn accumulate(
+            &mut self,
+            _: &[Vec<u8>],
+            _: &EventBatch,
+            _: &[u32],
+            _: &[u32],
+        ) -> Result<Vec<Vec<u8>>, PluginError> {
+            unreachable!("no aggregator call expected")
+        }
+        fn merge(&mut self, _: &[Vec<u8>], _: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
+            unreachable!("no aggregator call expected")
+        }
+        fn finish(&mut self, _: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
+            unreachable!("no aggregator call expected")
+        }
+        fn stage(&self) -> &str {
+            "test/aggregate"
+        }
+    }
+
+    /// Keys inline in their slots or not, found from the right candidate, a wrong one or none,
+    /// and gone from the map when their slot is freed.
+    #[test]
+    fn slots_are_found_by_key_whatever_the_candidate() {
+        let failure =
+            crate::pipeline::FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
+        let policy = Policy { failure, stop: std::sync::Arc::default() };
+        let mut op = SessionOperator::new(60_000, 0, OutputMode::Append, Box::new(NoCalls), policy);
+        let long = [b'k'; INLINE_KEY + 9];
+        let keys: [&[u8]; 4] = [b"", b"user-7", &long, &long[..INLINE_KEY]];
+        let ids: Vec<u32> = keys.iter().map(|k| op.new_slot(k)).collect();
+        for (key, &id) in keys.iter().zip(&ids) {
+            assert_eq!(op.slot_of(key), Some(id));
+            assert_eq!(op.candidate(key), Some(id));
+            for wrong in [None, Some(ids[0]), Some(ids[2])] {
+                assert_eq!(op.confirmed(wrong, key), Some(id), "{wrong:?}");
+            }
+        }
+        assert_eq!(op.confirmed(Some(ids[1]), b"user-8"), None);
+        // Freed as `sessions_leaving` frees a slot: out of the map, then reused for another key.
+        let hash = key_hash(&op.slots[ids[2] as usize].key);
+        let Ok(entry) = op.ids.find_entry(hash, |&(other, _)| other == ids[2]) else { panic!("not in the map") };
+        entry.remove();
+        op.free.push(ids[2]);
+        assert_eq!(op.slot_of(&long), None);
+        assert_eq!(op.candidate(&long), None);
+        assert_eq!(op.new_slot(b"user-9"), ids[2]);
+        assert_eq!(op.slot_of(b"user-9"), Some(ids[2]));
+        assert_eq!(op.slot_of(&long[..INLINE_KEY]), Some(ids[3]));
     }
 }
