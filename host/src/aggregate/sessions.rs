@@ -244,9 +244,10 @@ impl SessionOperator {
 /// How many slots ahead the loops over a batch's slots ask for them ([`prefetch`]).
 const PREFETCH_AHEAD: usize = 8;
 
-/// Asks for a slot's cache lines ahead of its use. The loops that visit a batch's slots (those
-/// it changed, those whose sessions leave) know every slot number up front, and each slot is a
-/// miss: it was last touched minutes of event time ago.
+/// Asks for a slot's cache lines ahead of its use. The walks over a batch's slots (matching its
+/// keys with their open sessions, applying the plugin's results, taking the sessions that leave,
+/// writing the changed ones) know every slot number up front, and each slot is a miss: its key
+/// was last seen minutes of event time before.
 #[inline]
 fn prefetch(slots: &[Slot], id: Option<u32>) {
     #[cfg(target_arch = "x86_64")]
