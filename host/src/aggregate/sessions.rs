@@ -704,7 +704,7 @@ impl SessionOperator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugin::PluginError;
+    use crate::aggregate::tests::{Count, policy};
     use crate::state::time_key;
 
     #[test]
@@ -716,38 +716,11 @@ mod tests {
         assert!(split_session_key(b"s\0\0\0\x09ab").is_err());
     }
 
-    /// Stands in for a plugin in tests that call no aggregator function.
-    struct NoCalls;
-
-    impl AggregateFns for NoCalls {
-        fn accumulate(
-            &mut self,
-            _: &[Vec<u8>],
-            _: &EventBatch,
-            _: &[u32],
-            _: &[u32],
-        ) -> Result<Vec<Vec<u8>>, PluginError> {
-            unreachable!("no aggregator call expected")
-        }
-        fn merge(&mut self, _: &[Vec<u8>], _: &[u32]) -> Result<Vec<Vec<u8>>, PluginError> {
-            unreachable!("no aggregator call expected")
-        }
-        fn finish(&mut self, _: &[Vec<u8>]) -> Result<Vec<Vec<u8>>, PluginError> {
-            unreachable!("no aggregator call expected")
-        }
-        fn stage(&self) -> &str {
-            "test/aggregate"
-        }
-    }
-
     /// Keys inline in their slots or not, found from the right candidate, a wrong one or none,
     /// and gone from the map when their slot is freed.
     #[test]
     fn slots_are_found_by_key_whatever_the_candidate() {
-        let failure =
-            crate::pipeline::FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
-        let policy = Policy { failure, stop: std::sync::Arc::default() };
-        let mut op = SessionOperator::new(60_000, 0, OutputMode::Append, Box::new(NoCalls), policy);
+        let mut op = SessionOperator::new(60_000, 0, OutputMode::Append, Box::new(Count), policy());
         let long = [b'k'; INLINE_KEY + 9];
         let keys: [&[u8]; 4] = [b"", b"user-7", &long, &long[..INLINE_KEY]];
         let ids: Vec<u32> = keys.iter().map(|k| op.new_slot(k)).collect();

@@ -11,7 +11,7 @@ use crate::watermark::NONE;
 use crate::window::Panes;
 
 /// Counts events; the accumulator is the count in decimal.
-struct Count;
+pub(super) struct Count;
 
 fn n(acc: &[u8]) -> u64 {
     std::str::from_utf8(acc).ok().and_then(|s| s.parse().ok()).unwrap_or(0)
@@ -79,7 +79,7 @@ struct Harness {
 /// Makes an operator with the given allowed lateness and output mode.
 type Make = Box<dyn Fn(i64, OutputMode) -> Box<dyn Operator>>;
 
-fn policy() -> Policy {
+pub(super) fn policy() -> Policy {
     let failure = crate::pipeline::FailurePolicy { fail_fast: false, retries: 0, backoff: std::time::Duration::ZERO };
     Policy { failure, stop: std::sync::Arc::default() }
 }
