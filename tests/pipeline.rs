@@ -22,17 +22,16 @@ fn orders_pipeline_matches_the_reference_for_several_seeds() {
     }
 }
 
-/// The independent check: `shared/bench/gen_orders.py` and `oracle.py` beside the checkout (CI
-/// has them; set WEIR_SHARED_DIR to point elsewhere), over small and large N.
+/// The independent check: the project's reference oracle (`tests/oracle/orders_oracle.py`, the
+/// query computed in Python from `docs/semantics.md`) over `weir gen orders`, small and large N.
 #[test]
-fn orders_pipeline_agrees_with_the_shared_oracle() {
-    let Some(shared) = SharedBench::find() else { return };
+fn orders_pipeline_agrees_with_the_reference_oracle() {
+    let oracle = Oracle::find();
     for (n, seed) in [(1_000, 3), (6_000, 1), (20_000, 7), (150_000, 9)] {
         let dir = tempfile::tempdir().unwrap();
-        let events = dir.path().join("orders.jsonl");
-        shared.orders(n, seed, &events);
+        let events = orders(dir.path(), n, seed);
         let rows = weir_test(&root().join("plugins/orders-error-rate/pipeline.toml"), &events);
-        assert_eq!(oracle_shape(&rows), shared.windows(&events), "n={n} seed={seed}");
+        assert_eq!(oracle_shape(&rows), oracle.windows(&events), "n={n} seed={seed}");
     }
 }
 

@@ -1,8 +1,9 @@
 //! Python plugins in the real host: the Python twins of the orders parser, the error-rate
 //! aggregator and the fraud processor (`plugins/*-py`, built by `cargo xtask build` with the
-//! Python SDK) give the Rust plugins' rows byte for byte, the reference's windows and the shared
-//! oracle's; the Rust and Python aggregators read each other's checkpoints; and a hostile Python
-//! parser is contained by the same limits (deadline, memory, fuel) and grants as a Rust one.
+//! Python SDK) give the Rust plugins' rows byte for byte, the reference's windows and the
+//! reference oracle's; the Rust and Python aggregators read each other's checkpoints; and a
+//! hostile Python parser is contained by the same limits (deadline, memory, fuel) and grants as a
+//! Rust one.
 
 mod common;
 
@@ -178,16 +179,15 @@ fn the_python_bench_pipeline_gives_the_rust_digest() {
     assert_eq!(digest("python.toml"), digest("pipeline.toml"));
 }
 
-/// The independent check, as `tests/pipeline.rs` makes it for the Rust plugins: the shared
-/// generator's orders through the Python pipeline give the shared oracle's windows.
+/// The independent check, as `tests/pipeline.rs` makes it for the Rust plugins: orders from
+/// `weir gen orders` through the Python pipeline give the reference oracle's windows.
 #[test]
-fn the_python_pipeline_agrees_with_the_shared_oracle() {
-    let Some(shared) = SharedBench::find() else { return };
+fn the_python_pipeline_agrees_with_the_reference_oracle() {
+    let oracle = Oracle::find();
     let dir = tempfile::tempdir().unwrap();
-    let events = dir.path().join("orders.jsonl");
-    shared.orders(30_000, 4, &events);
+    let events = orders(dir.path(), 30_000, 4);
     let rows = weir_test(&root().join("plugins/orders-error-rate/python.toml"), &events);
-    assert_eq!(oracle_shape(&rows), shared.windows(&events));
+    assert_eq!(oracle_shape(&rows), oracle.windows(&events));
 }
 
 /// Fuel counts the interpreter's Wasm instructions like any other: the Python loop ends at

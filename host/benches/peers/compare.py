@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Weir, Spark Structured Streaming and Flink on the same windowed query, from one run.
 
-The query (shared/bench/README.md): order events from files, event-time 1-minute tumbling
-windows on order_ts, 10-minute watermark, count(*) and errors per window, every window final
-at the end. The events come from shared/bench/gen_orders.py; shared/bench/oracle.py gives the
-exact expected windows, and every engine's output is checked against it, window by window.
+The query (plugins/orders-error-rate/pipeline.toml): order events from files, event-time
+1-minute tumbling windows on order_ts, 10-minute watermark, count(*) and errors per window,
+every window final at the end. The events come from `weir gen orders N --seed S`; the
+project's reference oracle, tests/oracle/orders_oracle.py, gives the exact expected windows,
+and every engine's output is checked against it, window by window.
 
     python3 host/benches/peers/compare.py [--events 5000000] [--seed 42] [--python]
 
@@ -15,7 +16,8 @@ out.
 
 Not part of CI. The first run creates a virtualenv in ~/.cache/weir-tools/peers-venv with
 PySpark and PyFlink from PyPI (both need Java 17, `apt install openjdk-17-jre-headless`), and
-re-runs itself inside it. Weir is the release build of this checkout (`cargo xtask build`).
+re-runs itself inside it. Weir is the release build of this checkout (`cargo xtask build`);
+it generates the events even when --skip leaves it out of the race.
 
 Measured per engine, each in its own process tree, one after the other on the same files:
   query events/s  events / the engine's own time for the query (Weir's run summary; Spark
@@ -40,6 +42,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.abspath(os.path.join(HERE, "..", "..", ".."))
 VENV = os.path.expanduser("~/.cache/weir-tools/peers-venv")
 PEERS = ["pyspark==4.3.0", "apache-flink==2.3.0", "psutil"]
+ORACLE = os.path.join(ROOT, "tests", "oracle", "orders_oracle.py")
 WINDOW_MS = 60_000
 
 
@@ -85,6 +88,23 @@ def measure(cmd, env=None):
     return wall, peak, stdout, stderr
 
 
+def split(single, parts, count):
+    """Cuts the events file into `count` part files of consecutive lines, for Spark's file source
+    (one per micro-batch): in name order, and in modification-time order (which Spark reads them
+    by), they are the single file, byte for byte."""
+    with open(single, "rb") as f:
+        total = sum(1 for _ in f)
+    os.makedirs(parts)
+    oldest = time.time() - count - 60
+    with open(single, "rb") as f:
+        for i in range(count):
+            path = os.path.join(parts, f"part-{i:05d}.jsonl")
+            with open(path, "wb") as out:
+                for _ in range(total * (i + 1) // count - total * i // count):
+                    out.write(f.readline())
+            os.utime(path, (oldest + i, oldest + i))
+
+
 def read_csv(path):
     with open(path) as f:
         return {int(r["window_start_ms"]): (int(r["count"]), int(r["errors"])) for r in csv.DictReader(f)}
@@ -104,7 +124,6 @@ def main():
     ap.add_argument("--events", type=int, default=5_000_000)
     ap.add_argument("--seed", type=int, default=42)
     ap.add_argument("--parts", type=int, default=20, help="part files for Spark's micro-batches")
-    ap.add_argument("--shared", default=os.path.join(ROOT, "..", "shared"))
     ap.add_argument("--weir", help="the weir binary (default: the build's release/weir)")
     ap.add_argument("--skip", default="", help="comma-separated engines to leave out")
     ap.add_argument("--python", action="store_true", help="Python user code: Weir's Python plugins against a PySpark UDF")
@@ -113,22 +132,17 @@ def main():
 
     target = os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target"))
     weir = args.weir or os.path.join(target, "release", "weir")
-    bench = os.path.join(args.shared, "bench")
+    if not os.path.exists(weir):
+        sys.exit(f"{weir} not found: build it with `cargo xtask build`, or pass --weir")
     work = tempfile.mkdtemp(prefix="weir-peers-")
     try:
-        parts = os.path.join(work, "parts")
-        subprocess.check_call(
-            [sys.executable, os.path.join(bench, "gen_orders.py"), str(args.events), str(args.seed), parts,
-             "--parts", str(args.parts)], stdout=subprocess.DEVNULL)
-        # The parts in name order are the single file, byte for byte (gen_orders.py).
         single = os.path.join(work, "orders.jsonl")
-        with open(single, "wb") as out:
-            for name in sorted(os.listdir(parts)):
-                with open(os.path.join(parts, name), "rb") as f:
-                    shutil.copyfileobj(f, out)
+        subprocess.check_call([weir, "gen", "orders", str(args.events), "--seed", str(args.seed), "--out", single],
+                              stdout=subprocess.DEVNULL)
+        parts = os.path.join(work, "parts")
+        split(single, parts, args.parts)
         oracle = os.path.join(work, "oracle.csv")
-        subprocess.check_call([sys.executable, os.path.join(bench, "oracle.py"), single, "-o", oracle],
-                              stderr=subprocess.DEVNULL)
+        subprocess.check_call([sys.executable, ORACLE, single, "-o", oracle], stderr=subprocess.DEVNULL)
         want = read_csv(oracle)
 
         # Spark's sentinel part: one event a day after the data, last by name and mtime.
@@ -168,7 +182,8 @@ def main():
             results.append((name, query, wall, rss, agreement(read_csv(out), want)))
 
         n = args.events
-        print(f"\n{n:,} events (gen_orders.py {n} {args.seed}), {os.cpu_count()} cores; oracle: {len(want)} windows\n")
+        print(f"\n{n:,} events (weir gen orders {n} --seed {args.seed}), {os.cpu_count()} cores; "
+              f"oracle: {len(want)} windows\n")
         print("| engine | events/s (query) | events/s (whole process) | wall time | peak RSS | matches the oracle |")
         print("|---|---|---|---|---|---|")
         for name, query, wall, rss, ok in results:
