@@ -4,11 +4,9 @@
 //! hostile input is crafted records and pipeline files. Each test failed against the build
 //! before the fix (`docs/security.md` lists the attacks and what now happens).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 /// A pipeline file `name`.toml in `dir` from `body` (TOML), with `{orders_json}`, `{forger}`,
 /// `{hostile}`, `{error_rate}` and `{dir}` filled in.

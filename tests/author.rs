@@ -8,13 +8,11 @@
 //! Then what `weir test` proves beyond rows: the sink template's real sink, run with `--sink`
 //! through crashes, writes each row once; the same sink made to append is caught.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use common::*;
+use crate::common::*;
 
 const ROLES: [&str; 5] = ["parser", "transform", "aggregate", "processor", "sink"];
 

@@ -5,12 +5,10 @@
 //!
 //! Each is compared with one uninterrupted run over everything, and with the reference.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::kafka::*;
-use common::*;
+use crate::common::kafka::*;
+use crate::common::*;
 
 /// Splits the orders file in `dir` in two: the first `num/den` of its lines stay, the rest is
 /// returned to be appended later.

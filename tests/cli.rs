@@ -1,12 +1,10 @@
 //! The command line's contract (`docs/cli.md`): exit codes, logging, and errors in plain words
 //! that name what to fix.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 
 fn code(out: &std::process::Output) -> Option<i32> {
     out.status.code()

@@ -4,14 +4,12 @@
 //! page. Screenshots are saved under the test's output directory
 //! (`$CARGO_TARGET_TMPDIR/console/`) for a person to look at.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 const CHROMIUM: &str = "/usr/bin/chromium";

@@ -2,12 +2,10 @@
 //! and copies that changed a field), repeats hours late, and the windows counted over what is
 //! left. Then the same through repeated `kill -9`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 const DELAY: i64 = 600_000;
 

@@ -6,14 +6,12 @@
 //! tombstones, read back the same way. The interval join: orders with their shipments, across
 //! two runs and through repeated `kill -9`.
 
-mod common;
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::kafka::*;
-use common::*;
+use crate::common::kafka::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// A stateless orders pipeline in `dir` with `[join]` over the table `table` (the inline

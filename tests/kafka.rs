@@ -5,14 +5,12 @@
 //! Every run is compared with the reference result (the oracle's rule for late events) and,
 //! where batches are involved, with an uninterrupted run row for row.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use common::kafka::*;
-use common::*;
+use crate::common::kafka::*;
+use crate::common::*;
 
 const PARTITIONS: u32 = 4;
 
@@ -226,7 +224,7 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
 /// allow-list is refused, naming the key.
 #[test]
 fn a_tenant_s_pipeline_on_weir_serve_reads_kafka_to_the_reference_windows() {
-    use common::serve::*;
+    use crate::common::serve::*;
     let dir = tempfile::tempdir().unwrap();
     let broker = Tansu::start(&dir.path().join("tansu"));
     broker.create_topic("orders", PARTITIONS);

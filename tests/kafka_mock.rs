@@ -3,14 +3,12 @@
 //! limits (`tests/common/kafka.rs`): ≤ 5 MiB per partition; transactions commit, but `read_committed`
 //! would also show aborted records, so these tests never abort one.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::kafka::*;
-use common::*;
+use crate::common::kafka::*;
+use crate::common::*;
 use rdkafka::mocking::MockCluster;
 
 /// The orders pipeline from the mock's `orders` topic into its `windows` topic through the
@@ -316,7 +314,7 @@ fn kafka_medallion<C: rdkafka::ClientContext>(
         })
         .collect();
     let edits: Vec<(&str, &str, &str)> = edits.iter().map(|(a, b)| ("weir.toml", a.as_str(), b.as_str())).collect();
-    common::medallion::medallion(dir, &edits)
+    crate::common::medallion::medallion(dir, &edits)
 }
 
 /// The orders medallion (`tests/project.rs`) with every dataset in a Kafka topic, written in
@@ -326,7 +324,7 @@ fn kafka_medallion<C: rdkafka::ClientContext>(
 /// every Weir message has.)
 #[test]
 fn the_medallion_runs_with_kafka_backed_datasets() {
-    use common::medallion::*;
+    use crate::common::medallion::*;
     let cluster = MockCluster::new(1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
@@ -374,7 +372,7 @@ fn the_medallion_runs_with_kafka_backed_datasets() {
 /// in topics, the gold tables in the embedded log, every dataset as the reference has it.
 #[test]
 fn the_medallion_s_kafka_toml_runs_as_shipped() {
-    use common::medallion::*;
+    use crate::common::medallion::*;
     let cluster = MockCluster::new(1).unwrap();
     for d in ["bronze", "silver"] {
         cluster.create_topic(&format!("medallion-{d}"), 2, 1).unwrap();
@@ -405,7 +403,7 @@ fn the_medallion_s_kafka_toml_runs_as_shipped() {
 /// order, so none is late whatever the batches, and the reference is exact.
 #[test]
 fn a_table_is_queried_while_its_project_runs() {
-    use common::medallion::*;
+    use crate::common::medallion::*;
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 1, 1).unwrap();
     let brokers = cluster.bootstrap_servers();
@@ -470,7 +468,7 @@ fn a_table_is_queried_while_its_project_runs() {
 /// checkpoint are as they were.
 #[test]
 fn a_full_refresh_of_kafka_backed_datasets_begins_them_after_their_old_records() {
-    use common::medallion::*;
+    use crate::common::medallion::*;
     let cluster = MockCluster::new(1).unwrap();
     let brokers = cluster.bootstrap_servers();
     let dir = tempfile::tempdir().unwrap();
@@ -598,7 +596,7 @@ fn progress_gives_offsets_lag_event_times_and_ids_in_spark_s_shape() {
 /// window once.
 #[test]
 fn a_tenant_s_pipeline_on_weir_serve_reads_and_writes_the_embedded_broker() {
-    use common::serve::*;
+    use crate::common::serve::*;
     let cluster = MockCluster::new(1).unwrap();
     cluster.create_topic("orders", 2, 1).unwrap();
     cluster.create_topic("windows", 2, 1).unwrap();

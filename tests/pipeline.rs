@@ -1,9 +1,7 @@
 //! End-to-end: the `weir` binary running real components built from `plugins/` over generated
 //! and hand-made recorded events, compared with a naive reference computed here.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn orders_pipeline_matches_the_reference_for_several_seeds() {

@@ -9,12 +9,10 @@
 //! event time so far less the delay, the event-time timers it reached fire (users in key order),
 //! and keys whose TTL ran out lose their state. A run's last batch flushes to the latest timer.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 
 /// Records per batch: `max_offsets_per_trigger`, which every batch of the run reaches (the first
 /// batches grow from 64 records; 64 keeps them all the same size).

@@ -6,12 +6,10 @@
 //! the example's own `kafka.toml`, and a table queried while its project runs, are in
 //! `kafka_mock.rs`.
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
-use common::medallion::*;
-use common::{ok, weir};
+use crate::common::medallion::*;
+use crate::common::{ok, weir};
 use serde_json::Value;
 
 #[test]
@@ -117,7 +115,7 @@ fn every_dataset_is_the_same_after_repeated_kill_9() {
         medallion(d, &edits);
     }
     ok(weir().arg("run").arg(&whole).output().unwrap());
-    let kills = common::kill_repeatedly(&killed, 12);
+    let kills = crate::common::kill_repeatedly(&killed, 12);
     assert!(kills > 0, "no kill landed");
     let (a, b) = (datasets(&whole), datasets(&killed));
     for (name, rows) in &a {
@@ -164,7 +162,7 @@ fn two_flows_append_to_one_stream_each_row_once_through_kill_9() {
         for (flow, seed) in [("east", 21u64), ("west", 22)] {
             let at = d.join(flow);
             std::fs::create_dir_all(&at).unwrap();
-            let file = common::orders(&at, 12_000, seed);
+            let file = crate::common::orders(&at, 12_000, seed);
             lines.extend(std::fs::read_to_string(file).unwrap().lines().map(str::to_string));
         }
         let flow = |name: &str| {
@@ -180,7 +178,7 @@ fn two_flows_append_to_one_stream_each_row_once_through_kill_9() {
     let (killed, _) = &inputs[1];
     ok(weir().arg("run").arg(whole).output().unwrap());
     assert_eq!(sorted(query(whole, "all")), *want, "both flows' rows, each once");
-    let kills = common::kill_repeatedly(killed, 12);
+    let kills = crate::common::kill_repeatedly(killed, 12);
     assert!(kills > 0, "no kill landed");
     assert_eq!(sorted(query(killed, "all")), *want, "after {kills} kills: both flows' rows, each once");
 }
@@ -189,7 +187,7 @@ fn two_flows_append_to_one_stream_each_row_once_through_kill_9() {
 fn small_project(dir: &Path, datasets: &str, flows: &[(&str, &str)]) -> PathBuf {
     let list: Vec<String> = flows.iter().map(|(n, _)| format!("\"{n}.toml\"")).collect();
     std::fs::write(dir.join("weir.toml"), format!("name = \"p\"\nflows = [{}]\n{datasets}", list.join(", "))).unwrap();
-    let parser = common::component("orders_json");
+    let parser = crate::common::component("orders_json");
     for (name, body) in flows {
         let text = format!("name = \"{name}\"\n[parse]\nplugin = \"{}\"\n{body}", parser.display());
         std::fs::write(dir.join(format!("{name}.toml")), text).unwrap();
@@ -246,7 +244,7 @@ fn validate_refuses_a_cycle_a_missing_dataset_a_role_mismatch_and_an_unkeyed_tab
             &format!(
                 "{FROM_FILE}[watermark]\ndelay = \"1 minute\"\n[window]\ntype = \"tumbling\"\nsize = \"1 minute\"\n\
                  [aggregate]\nplugin = \"{}\"\n{}",
-                common::component("orders_json").display(),
+                crate::common::component("orders_json").display(),
                 into("x")
             ),
         )],
@@ -371,7 +369,7 @@ fn a_full_refresh_killed_anywhere_leaves_the_old_project_or_one_the_next_start_f
 #[test]
 fn expectations_warn_drop_through_a_plugin_and_fail() {
     let dir = tempfile::tempdir().unwrap();
-    let events = common::orders(dir.path(), 3_000, 2);
+    let events = crate::common::orders(dir.path(), 3_000, 2);
     let text = std::fs::read_to_string(&events).unwrap();
     let statuses: Vec<String> = text
         .lines()
@@ -387,7 +385,7 @@ fn expectations_warn_drop_through_a_plugin_and_fail() {
             format!(
                 "name = \"e\"\n[source]\ntype = \"replay\"\npath = \"orders.jsonl\"\n[parse]\nplugin = \"{}\"\n{expect}\n\
                  [checkpoint]\nlocation = \"cp-{}\"\n",
-                common::component("orders_json").display(),
+                crate::common::component("orders_json").display(),
                 expect.len()
             ),
         )
@@ -397,7 +395,7 @@ fn expectations_warn_drop_through_a_plugin_and_fail() {
     let warn_and_plugin = pipeline(&format!(
         "[[expect]]\nname = \"ok\"\nrule = 'status == \"OK\"'\non_violation = \"warn\"\n\
          [[expect]]\nname = \"settled\"\nplugin = \"{}\"\nconfig = {{ keep = [\"OK\", \"ERROR\"] }}\n",
-        common::component("status_filter").display()
+        crate::common::component("status_filter").display()
     ));
     let out = ok(weir().arg("run").arg(&warn_and_plugin).output().unwrap());
     let rows = String::from_utf8_lossy(&out.stdout).lines().count();

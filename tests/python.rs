@@ -5,12 +5,10 @@
 //! hostile Python parser is contained by the same limits (deadline, memory, fuel) and grants as a
 //! Rust one.
 
-mod common;
-
 use std::net::TcpListener;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 /// A pipeline `name`.toml over `events`, with the given parser, aggregator or processor part.
 fn pipeline(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {

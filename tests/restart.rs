@@ -1,11 +1,9 @@
 //! Exactly-once under crashes: `weir run` is killed with SIGKILL again and again at random
 //! moments and restarted; its sink output and side outputs must equal an uninterrupted run's.
 //!
-//! How the kills are timed: `common::kill_repeatedly`.
+//! How the kills are timed: `crate::common::kill_repeatedly`.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn output_is_identical_after_repeated_kill_9() {

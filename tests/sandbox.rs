@@ -3,13 +3,11 @@
 //! attack must end as a dead letter naming the stage, the plugin and the limit, and every other
 //! record must come through (or be counted), in order, once.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::net::TcpListener;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 const ATTACKS: [&str; 11] =
     ["loop", "sleep", "memory", "recursion", "panic", "read", "net", "output", "clock", "env", "random"];

@@ -4,10 +4,8 @@
 //! SIGKILL again and again while three pipelines run, each ending with an uninterrupted run's
 //! output.
 
-mod common;
-
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 #[test]

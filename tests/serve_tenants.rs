@@ -1,10 +1,8 @@
 //! Two tenants on one `weir serve`, one of them hostile. Its own test binary, one test: the
 //! throughput it prints must not share the machine with other tests.
 
-mod common;
-
-use common::serve::*;
-use common::*;
+use crate::common::serve::*;
+use crate::common::*;
 
 /// Two tenants on one service; one deploys a parser that loops forever on every record. The
 /// other's pipeline runs to the end with the output it has alone, and the throughput it keeps is

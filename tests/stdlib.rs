@@ -5,12 +5,10 @@
 //! distinct counts against exact ones, within the sketch's error; the stdout sink and its grant;
 //! and the records and configs they refuse.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use serde_json::{Value, json};
 
 /// The example pipeline over `events`, its parser's config replaced by `parse_config`.

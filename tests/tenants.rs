@@ -5,13 +5,11 @@
 //!
 //! Its own test binary, one test: the measurement must not share the machine with other tests.
 
-mod common;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::Stdio;
 
-use common::*;
+use crate::common::*;
 
 /// `[name] N input rows in Xs (R rows/s), ...` → R.
 fn rate(line: &str) -> f64 {

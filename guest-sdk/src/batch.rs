@@ -39,8 +39,8 @@ impl<'a> Record<'a> {
     }
 
     /// Several fields of the value (a JSON object) in one pass that also checks the whole value
-    /// is valid JSON: what a parser needs of a record, at about half the cost of [`Record::json`]
-    /// into a struct. `None` for a field the record does not have.
+    /// is valid JSON: what a parser needs of a record, cheaper than [`Record::json`] into a
+    /// struct. `None` for a field the record does not have.
     ///
     /// ```no_run
     /// # use weir_guest::{Paths, Record, RecordError};
@@ -85,7 +85,7 @@ impl<'a> Event<'a> {
     }
 
     /// One top-level field of the row decoded into `T`, without decoding the rest of the row
-    /// (several times faster than [`Event::row_as`] when a stage needs one or two fields);
+    /// (much cheaper than [`Event::row_as`] when a stage needs one or two fields);
     /// `Ok(None)` when the row has no such field.
     pub fn field<T: Deserialize<'a>>(&self, name: &str) -> Result<Option<T>, RecordError> {
         match crate::field::top_level_field(self.row, name).map_err(RecordError::malformed)? {

@@ -33,11 +33,12 @@ extern crate self as weir_guest;
 
 mod batch;
 mod config;
-mod field;
 mod process;
 mod roles;
-mod scan;
 pub mod testing;
+
+// The JSON scanner is shared with the host, which runs the same code outside the sandbox.
+use weir_json_scan::{field, scan};
 
 #[doc(hidden)]
 pub mod __rt;

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 pub fn root() -> PathBuf {
     // At run time, not `env!`: checkouts that share a target directory may share test binaries.
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_else(|| env!("CARGO_MANIFEST_DIR").into());
-    Path::new(&manifest).parent().expect("host/ is inside the workspace").to_path_buf()
+    Path::new(&manifest).ancestors().nth(2).expect("host/cli is inside the workspace").to_path_buf()
 }
 
 /// A component from `plugins/dist/`, which `cargo xtask build` fills.

@@ -1,0 +1,106 @@
+//! `[sink]` and `output.tombstones`: a Wasm sink plugin, a Kafka topic or a project's dataset,
+//! each refusing the keys that belong to the others, and tombstones only where a sink can carry
+//! them.
+
+use super::*;
+
+/// `output.tombstones`, checked against the sink that would carry them.
+pub(super) fn tombstones(
+    output: &OutputFile,
+    sink: Option<&SinkFile>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<bool, PipelineError> {
+    let tombstones = output.tombstones.unwrap_or(false);
+    if tombstones && sink.is_some_and(|s| s.kind == SinkKindFile::Wasm) {
+        return Err(invalid(
+            "output.tombstones",
+            "a Wasm sink gets rows without keys, so it cannot take a tombstone; write to a Kafka sink \
+             (type = \"kafka\"), or remove it"
+                .into(),
+        ));
+    }
+    if tombstones && sink.is_some_and(|s| s.key.is_some()) {
+        return Err(invalid(
+            "sink.key",
+            "a tombstone has no row to take a key field from, so it would go under another key than the \
+             rows it deletes; with output.tombstones, leave sink.key out (rows keep the operator's key)"
+                .into(),
+        ));
+    }
+    Ok(tombstones)
+}
+
+pub(super) fn sink_config(
+    s: SinkFile,
+    name: &str,
+    continuous: bool,
+    stage: &dyn Fn(&str, StageFile) -> Result<StageSpec, PipelineError>,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SinkConfig, PipelineError> {
+    let not_for = |key: &str, present: bool, kind: &str| {
+        if present {
+            Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it")))
+        } else {
+            Ok(())
+        }
+    };
+    match s.kind {
+        SinkKindFile::Wasm => {
+            not_for("dataset", s.dataset.is_some(), "Wasm")?;
+            not_for("topic", s.topic.is_some(), "Wasm")?;
+            not_for("kafka", s.kafka.is_some(), "Wasm")?;
+            not_for("transactional", s.transactional.is_some(), "Wasm")?;
+            not_for("key", s.key.is_some(), "Wasm")?;
+            let plugin = s.plugin.ok_or_else(|| {
+                invalid(
+                    "sink.plugin",
+                    "a Wasm sink names its component, e.g. plugin = \"sink.wasm\"; or set type = \"kafka\"".into(),
+                )
+            })?;
+            let file = StageFile { plugin, parallelism: None, config: s.config, grants: s.grants, limits: s.limits };
+            Ok(SinkConfig::Wasm(stage("sink", file)?))
+        }
+        SinkKindFile::Dataset => {
+            not_for("plugin", s.plugin.is_some(), "dataset")?;
+            not_for("config", !s.config.is_empty(), "dataset")?;
+            not_for("grants", granted(&s.grants), "dataset")?;
+            not_for("limits", s.limits != LimitsFile::default(), "dataset")?;
+            not_for("topic", s.topic.is_some(), "dataset")?;
+            not_for("kafka", s.kafka.is_some(), "dataset")?;
+            not_for("transactional", s.transactional.is_some(), "dataset")?;
+            let dataset = s.dataset.ok_or_else(|| {
+                invalid("sink.dataset", "the project's dataset to write to, e.g. dataset = \"silver\"".into())
+            })?;
+            Ok(SinkConfig::Dataset {
+                dataset: DatasetRef::named(dataset_name("sink.dataset", dataset, invalid)?),
+                key: key_field("sink.key", s.key, invalid)?,
+            })
+        }
+        SinkKindFile::Kafka => {
+            not_for("dataset", s.dataset.is_some(), "Kafka")?;
+            not_for("plugin", s.plugin.is_some(), "Kafka")?;
+            not_for("config", !s.config.is_empty(), "Kafka")?;
+            not_for("grants", granted(&s.grants), "Kafka")?;
+            let topic = s
+                .topic
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| invalid("sink.topic", "the topic to write to, e.g. topic = \"alerts\"".into()))?;
+            let options = kafka_options("sink.kafka", s.kafka.unwrap_or_default(), invalid)?;
+            let transactional_id = option(&options, "transactional.id").unwrap_or_else(|| format!("weir-{name}"));
+            if continuous && s.transactional == Some(true) {
+                return Err(invalid(
+                    "sink.transactional",
+                    "continuous mode is at-least-once and delivers without transactions; remove it".into(),
+                ));
+            }
+            Ok(SinkConfig::Kafka(KafkaSinkConfig {
+                topic,
+                options,
+                transactional: s.transactional.unwrap_or(!continuous),
+                transactional_id,
+                key: key_field("sink.key", s.key, invalid)?,
+                event_time_stamps: false,
+            }))
+        }
+    }
+}

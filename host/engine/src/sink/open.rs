@@ -1,0 +1,32 @@
+//! The sink a pipeline file asks for, opened where the sinks live: a Wasm sink plugin, a Kafka
+//! topic, a project's dataset, or standard output without a `[sink]`. A new sink is a new file
+//! in this module and one arm here; the driver delivers to whatever [`open`] returns.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use super::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
+use crate::pipeline::{Pipeline, SinkConfig, Trigger};
+use crate::plugin::{PluginError, Runtime, Sink};
+
+/// The pipeline's own sink; a Wasm sink needs `runtime`.
+pub fn open(
+    p: &Pipeline,
+    runtime: Option<&Arc<Runtime>>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Box<dyn RowSink>, SinkError> {
+    let continuous = matches!(p.trigger, Trigger::Continuous { .. });
+    Ok(match &p.sink {
+        Some(SinkConfig::Wasm(spec)) => {
+            let runtime = runtime
+                .ok_or_else(|| PluginError::Engine(format!("{}: a Wasm sink needs the Wasm runtime", spec.name)))?;
+            Box::new(WasmSink(Sink::new(runtime, spec.clone())?))
+        }
+        Some(SinkConfig::Kafka(k)) => Box::new(KafkaSink::open(k, continuous, stop.clone())?),
+        Some(SinkConfig::Dataset { dataset, key }) => match &dataset.log {
+            Some(dir) => Box::new(LogSink::open(dataset, dir, key.clone())?),
+            None => return Err(SinkError::NoProject(dataset.name.clone())),
+        },
+        None => Box::new(LineSink(std::io::stdout())),
+    })
+}

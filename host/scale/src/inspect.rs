@@ -1,0 +1,211 @@
+//! `weir inspect PIPELINE.toml` for a pipeline with `[scale] group`: the group as Kafka holds it,
+//! read without joining it. Members and their tasks come from the consumer group (each member's
+//! assignment, decoded here); each task's epoch, owner, committed batch and position from its
+//! checkpoint record; lag from its partition's end (the input's, or for a stage-2 task the
+//! repartition topic's). Safe while the group runs: it claims nothing and commits nothing.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use rdkafka::consumer::{BaseConsumer, Consumer};
+
+use super::ledger::KafkaLedger;
+use super::{Layout, TaskId, kafka};
+use crate::checkpoint::StateMeta;
+use crate::driver::RunError;
+use crate::kafka::{CALL_TIMEOUT, client_config, connection_options, with_retry};
+use crate::pipeline::{Pipeline, SourceKind};
+use crate::source::Offsets;
+
+/// The group's view, as text.
+pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
+    let (Some(group), SourceKind::Kafka(source)) = (pipeline.group.as_deref(), &pipeline.source.kind) else {
+        unreachable!("the caller checked that the pipeline has a group")
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let topic = &source.topics[0];
+    let partitions = super::input_partitions(source, topic, &stop)?;
+    let layout = Layout::of(pipeline, group, topic, partitions);
+    let consumer: BaseConsumer =
+        client_config(&[], &connection_options(&source.options)).create().map_err(|e| kafka(e, topic))?;
+    let mut out = String::new();
+    let _ = match &layout.shuffle {
+        None => writeln!(out, "group      {group} (pipeline {}, topic {topic}, {partitions} tasks)", pipeline.name),
+        Some((shuffle, q)) => writeln!(
+            out,
+            "group      {group} (pipeline {}, topic {topic}: {partitions} stage-1 tasks; {shuffle}: {q} stage-2 \
+             tasks, shown as merge-N)",
+            pipeline.name
+        ),
+    };
+    let all: Vec<TaskId> = (0..partitions)
+        .map(TaskId::Input)
+        .chain((0..layout.shuffle.as_ref().map_or(0, |(_, q)| *q)).map(TaskId::Merge))
+        .collect();
+    // Who holds what: the group's own answer where the broker gives one (some brokers, tansu
+    // among them, do not describe groups), else each task's newest claim.
+    let mut held: BTreeMap<TaskId, String> = BTreeMap::new();
+    let described = consumer.fetch_group_list(Some(group), CALL_TIMEOUT);
+    match described.as_ref().map(|g| g.groups().first()) {
+        Ok(Some(g)) if !g.members().is_empty() => {
+            let _ = writeln!(out, "state      {}, {} members", g.state(), g.members().len());
+            for m in g.members() {
+                let mut tasks: Vec<TaskId> = Vec::new();
+                for t in layout.topics() {
+                    let parts = m.assignment().and_then(|a| assigned(a, t)).unwrap_or_default();
+                    tasks.extend(parts.into_iter().filter_map(|p| layout.task(t, p)));
+                }
+                for t in &tasks {
+                    held.insert(*t, m.client_id().to_string());
+                }
+                let labels: Vec<String> = tasks.iter().map(|t| label(*t)).collect();
+                let _ =
+                    writeln!(out, "member     {} ({}) tasks [{}]", m.client_id(), m.client_host(), labels.join(", "));
+            }
+        }
+        Ok(_) => {
+            let _ = writeln!(out, "state      no members (nothing runs the group now)");
+        }
+        Err(e) => {
+            let _ =
+                writeln!(out, "state      the broker did not describe the group ({e}); holders from the tasks' claims");
+        }
+    }
+    let described = described.is_ok();
+    for id in all {
+        let (t, p) = layout.source_of(id);
+        let task = super::task::name(pipeline, t, p);
+        let record =
+            KafkaLedger::read(&source.options, &layout.ledger, layout.ledger_partition(id), &task, stop.clone())?;
+        let fold = record.restored();
+        let (_, high) =
+            with_retry(&stop, "reading a task's input end", || consumer.fetch_watermarks(t, p, CALL_TIMEOUT))
+                .map_err(|e| RunError::Source(e.into()))?;
+        let meta: Option<StateMeta> = fold.meta.clone().and_then(|m| serde_json::from_value(m).ok());
+        let at = meta.as_ref().and_then(|m| match &m.source {
+            Offsets::Kafka { partitions } | Offsets::Repartition { partitions, .. } => {
+                partitions.iter().find(|o| o.partition == p).map(|o| o.offset)
+            }
+            _ => None,
+        });
+        if !described && let Some(owner) = &fold.owner {
+            held.insert(id, owner.clone());
+        }
+        let _ = writeln!(
+            out,
+            "task {:<5} held by {}; epoch {} (claimed by {}); next batch {}; offset {}; lag {}; watermark {}",
+            label(id),
+            held.get(&id).map_or("nobody", String::as_str),
+            fold.epoch,
+            fold.owner.as_deref().unwrap_or("nobody yet"),
+            fold.next_batch(),
+            at.map_or("-".to_string(), |o| o.to_string()),
+            (high - at.unwrap_or(0)).max(0),
+            meta.as_ref()
+                .map(|m| m.watermark.current)
+                .filter(|&w| w != crate::watermark::NONE)
+                .map_or("none".to_string(), crate::progress::show_time),
+        );
+    }
+    if !described {
+        let mut by_owner: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+        for (id, owner) in &held {
+            by_owner.entry(owner).or_default().push(label(*id));
+        }
+        for (owner, tasks) in by_owner {
+            let _ = writeln!(out, "member     {owner} tasks [{}] (by claim)", tasks.join(", "));
+        }
+    }
+    Ok(out)
+}
+
+/// A task as `weir inspect` shows it: its input partition, or `merge-` and its repartition
+/// partition.
+fn label(id: TaskId) -> String {
+    match id {
+        TaskId::Input(p) => p.to_string(),
+        TaskId::Merge(q) => format!("merge-{q}"),
+    }
+}
+
+/// The partitions of `topic` in a member's assignment, as the consumer protocol encodes it:
+/// version (i16), then topics (i32 count; each a name as i16 length and bytes, then i32 count
+/// of i32 partitions), then user data. `None` if the bytes are not that.
+fn assigned(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
+    let mut r = Reader(bytes);
+    r.take(2)?;
+    let mut out = Vec::new();
+    for _ in 0..r.i32()?.max(0) {
+        let len = i16::from_be_bytes(r.take(2)?.try_into().ok()?);
+        let name = r.take(usize::try_from(len).ok()?)?;
+        for _ in 0..r.i32()?.max(0) {
+            let p = r.i32()?;
+            if name == topic.as_bytes() {
+                out.push(p);
+            }
+        }
+    }
+    Some(out)
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    fn i32(&mut self) -> Option<i32> {
+        Some(i32::from_be_bytes(self.take(4)?.try_into().ok()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::assigned;
+
+    fn encode(topics: &[(&str, Vec<i32>)]) -> Vec<u8> {
+        let mut b = vec![0, 1];
+        b.extend((topics.len() as i32).to_be_bytes());
+        for (name, parts) in topics {
+            b.extend((name.len() as i16).to_be_bytes());
+            b.extend(name.as_bytes());
+            b.extend((parts.len() as i32).to_be_bytes());
+            for p in parts {
+                b.extend(p.to_be_bytes());
+            }
+        }
+        b.extend(0i32.to_be_bytes()); // no user data
+        b
+    }
+
+    #[test]
+    fn an_assignment_yields_the_topics_partitions() {
+        let b = encode(&[("orders", vec![0, 3, 5]), ("other", vec![1])]);
+        assert_eq!(assigned(&b, "orders"), Some(vec![0, 3, 5]));
+        assert_eq!(assigned(&b, "none"), Some(vec![]));
+        assert_eq!(assigned(&b[..b.len() - 9], "orders"), None, "cut inside the second topic");
+    }
+
+    proptest! {
+        /// Whatever the broker hands back, decoding never panics.
+        #[test]
+        fn any_bytes_decode_or_are_refused(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let _ = assigned(&bytes, "orders");
+        }
+
+        #[test]
+        fn encoded_assignments_round_trip(parts in proptest::collection::vec(0i32..1000, 0..50)) {
+            prop_assert_eq!(assigned(&encode(&[("orders", parts.clone())]), "orders"), Some(parts));
+        }
+    }
+}
