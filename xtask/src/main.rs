@@ -320,6 +320,8 @@ fn test(root: &Path, tansu: PathBuf) -> Result<()> {
         "-t",
         "guest-sdk-python/tests",
     ]))?;
+    // The reference oracle's own tests (the end-to-end tests compare Weir with it).
+    run(Command::new(&python).args(["-m", "unittest", "discover", "-s", "tests/oracle", "-t", "tests/oracle"]))?;
     // The example plugins' own unit tests, run natively against the SDKs' `testing` modules.
     for (dir, _) in PYTHON_PLUGINS.iter().filter(|(dir, _)| dir.starts_with("plugins/")) {
         run(Command::new(&python)
