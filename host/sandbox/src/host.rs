@@ -14,6 +14,10 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
+/// The target of the events that are plugins' own `host.log` lines (this module's path, which
+/// `tracing` gives them): what `weir serve` keeps per pipeline for its tenant to read.
+pub const LOG_TARGET: &str = module_path!();
+
 use super::bindings::weir::plugin::{host, types};
 use super::grants::HttpAllowList;
 use super::limiter::MemoryCap;

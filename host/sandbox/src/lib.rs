@@ -42,6 +42,7 @@ pub use bindings::weir::plugin::types::{BatchOutput, EventBatch, Header, RawBatc
 pub use disk::du;
 pub use error::{PluginError, WitError};
 pub use grants::{DirGrant, Grants, Own};
+pub use host::LOG_TARGET;
 pub use limiter::LimitExceeded;
 pub use processor::{Clock, KeyResult, Keyed, ProcessFns, Processor, TimeDomain, Timer};
 pub use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};

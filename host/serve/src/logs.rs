@@ -16,7 +16,7 @@ use tracing_subscriber::layer::Context;
 use super::limits;
 
 /// The module whose events are plugins' log lines.
-const PLUGIN_LOG_TARGET: &str = "weir::plugin::host";
+const PLUGIN_LOG_TARGET: &str = crate::plugin::LOG_TARGET;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct Line {
