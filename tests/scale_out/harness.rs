@@ -28,8 +28,8 @@ pub(crate) const PATIENCE: Duration = Duration::from_secs(180);
 /// killed or paused member keeps its tasks until it passes, so the kill loops waited that long
 /// at every kill (the three took 560 s in all, and 266 s at 3 s). Three heartbeats (one a
 /// second) still fit in it. On tansu the default stays: it holds a rejoining member's
-/// `JoinGroup` for 3 s, and a short timeout evicts live members (docs/scale-out.md, "What the
-/// test broker gets wrong").
+/// `JoinGroup` for 3 s, and a short timeout evicts live members
+/// (docs/internals/scale-out-test-brokers.md).
 pub(crate) const MOCK_SESSION_TIMEOUT: &str = "kafka.session.timeout.ms = \"3000\"";
 
 /// The addresses of the mock brokers running ([`MockBroker::start`], until dropped).
