@@ -3,7 +3,7 @@
 //! is `data[ends[i-1]..ends[i]]`, with `ends[-1]` = 0.
 //!
 //! These are the only functions that index into such a column; the plugin roles check a
-//! column's offsets ([`crate::plugin`]) before anything here sees it, so they never fail on a
+//! column's offsets (`host/sandbox/src/roles.rs`) before anything here sees it, so they never fail on a
 //! column the host accepted. Offsets are `u32`, as the contract has them: a column the host
 //! builds is checked as it grows ([`push`], [`append`]) and refused past 4 GiB, never wrapped.
 
@@ -20,11 +20,13 @@ use std::ops::Range;
 pub struct ColumnFull;
 
 /// Where item `i` of a column lies in its data.
+#[inline]
 pub fn span(ends: &[u32], i: usize) -> Range<usize> {
     (if i == 0 { 0 } else { ends[i - 1] as usize })..ends[i] as usize
 }
 
 /// Item `i` of a column.
+#[inline]
 pub fn item<'a>(data: &'a [u8], ends: &[u32], i: usize) -> &'a [u8] {
     &data[span(ends, i)]
 }
@@ -37,6 +39,7 @@ pub fn slice(data: &[u8], ends: &[u32], range: Range<usize>) -> (Vec<u8>, Vec<u3
 }
 
 /// Every item of a column, in order.
+#[inline]
 pub fn items<'a>(data: &'a [u8], ends: &'a [u32]) -> impl Iterator<Item = &'a [u8]> + 'a {
     ends.iter().scan(0usize, move |start, &end| {
         let item = &data[*start..end as usize];
@@ -46,11 +49,13 @@ pub fn items<'a>(data: &'a [u8], ends: &'a [u32]) -> impl Iterator<Item = &'a [u
 }
 
 /// The end offset of `more` bytes after `len`, if a `u32` reaches it.
+#[inline]
 pub fn end_after(len: usize, more: usize) -> Result<u32, ColumnFull> {
     len.checked_add(more).and_then(|e| u32::try_from(e).ok()).ok_or(ColumnFull)
 }
 
 /// Appends an item; nothing if the column would pass 4 GiB.
+#[inline]
 pub fn push(data: &mut Vec<u8>, ends: &mut Vec<u32>, item: &[u8]) -> Result<(), ColumnFull> {
     let end = end_after(data.len(), item.len())?;
     data.extend_from_slice(item);
