@@ -424,12 +424,12 @@ fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
             }
         }
         Command::Gen { what: GenWhat::Orders { n, seed, out } } => {
-            let very_late = generate(out.as_deref(), |mut w| crate::workload::orders(n, seed, &mut w))?;
+            let very_late = generate(out.as_deref(), |w| crate::workload::orders(n, seed, w))?;
             eprintln!("events={n} seed={seed} very_late={very_late}");
             Ok(Exit::Done)
         }
         Command::Gen { what: GenWhat::Users { seed, out } } => {
-            let users = generate(out.as_deref(), |mut w| crate::workload::users(seed, &mut w))?;
+            let users = generate(out.as_deref(), |w| crate::workload::users(seed, w))?;
             eprintln!("users={users} seed={seed}");
             Ok(Exit::Done)
         }
@@ -564,14 +564,22 @@ impl Pacer {
 }
 
 /// Runs a generator into `out` (its directory created if missing, as a fresh clone has no
-/// `out/`), or to standard output without one.
-fn generate<T>(out: Option<&std::path::Path>, run: impl FnOnce(&mut dyn Write) -> std::io::Result<T>) -> Result<T> {
-    let Some(path) = out else { return Ok(run(&mut BufWriter::new(std::io::stdout().lock()))?) };
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-    }
-    let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let mut w = BufWriter::with_capacity(1 << 20, f);
+/// `out/`), or to standard output without one. The generator writes to the buffer, which only
+/// hands whole blocks to the file or stdout.
+fn generate<T>(
+    out: Option<&std::path::Path>,
+    run: impl FnOnce(&mut BufWriter<Box<dyn Write>>) -> std::io::Result<T>,
+) -> Result<T> {
+    let to: Box<dyn Write> = match out {
+        None => Box::new(std::io::stdout().lock()),
+        Some(path) => {
+            if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+                std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+            }
+            Box::new(File::create(path).with_context(|| format!("cannot create {}", path.display()))?)
+        }
+    };
+    let mut w = BufWriter::with_capacity(1 << 20, to);
     let made = run(&mut w)?;
     w.flush()?;
     Ok(made)
