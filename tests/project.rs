@@ -4,7 +4,7 @@
 //! two flows, through kill -9; the graph errors `weir validate` refuses; a full refresh after a
 //! silver change, and one killed along the way. The same project with Kafka-backed datasets,
 //! the example's own `kafka.toml`, and a table queried while its project runs, are in
-//! `kafka_mock.rs`.
+//! `kafka_mock/medallion.rs`.
 
 use std::path::{Path, PathBuf};
 

@@ -2,6 +2,7 @@
 //! `cargo bench -p weir --bench scale_out` (`bench.rs`).
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::brokers::*;
@@ -107,7 +108,6 @@ pub(crate) fn windows_in_two_stages_against_one() {
     // chunks while it runs, at most LIVE_AHEAD chunks ahead of what it has committed, so the
     // input may outgrow the 5 MiB per partition the mock keeps and batches reach full size.
     let live: Option<usize> = std::env::var("WEIR_TEST_CHUNKS").ok().and_then(|n| n.parse().ok());
-    const LIVE_AHEAD: usize = 3;
     let groups: Vec<String> = (0..rounds)
         .flat_map(|r| {
             kinds.iter().flat_map(move |(k, _, _)| [format!("{k}{r}x0"), format!("{k}{r}x1"), format!("{k}{r}x2")])
@@ -123,6 +123,7 @@ pub(crate) fn windows_in_two_stages_against_one() {
         produce_chunk(&brokers, dir.path(), &all, 0, 1);
         produce_closers(&brokers, dir.path(), &all);
     }
+    let bench = Bench { dir: dir.path(), brokers: &brokers, broker_pid, all: &all, orders, max_batch, live };
     let references = references(&all, DELAY_MS);
     let mut results: BTreeMap<String, Vec<f64>> = BTreeMap::new();
     for round in 0..rounds {
@@ -134,130 +135,8 @@ pub(crate) fn windows_in_two_stages_against_one() {
                 if !only("WEIR_TEST_PROCESSES", &processes.to_string()) {
                     continue;
                 }
-                let run = dir.path().join(format!("run-{kind}-{round}-{processes}"));
-                let out = run.join("out");
-                std::fs::create_dir_all(&out).unwrap();
-                let group = format!("{kind}{round}x{processes}");
-                let topic = if live.is_some() { format!("orders.{group}") } else { "orders".to_string() };
-                let mut produced = 0;
-                if let Some(chunks) = live {
-                    while produced < chunks.min(LIVE_AHEAD) {
-                        produce_chunk_to(&brokers, &topic, dir.path(), &all, produced, chunks);
-                        produced += 1;
-                    }
-                }
-                let scale = if processes > 0 { format!("[scale]\ngroup = \"{group}\"") } else { String::new() };
-                let text = format!(
-                    "name = \"{kind}\"\n[source]\n{}\nstarting_offsets = \"earliest\"\n[trigger]\n{MICRO_BATCHES}\n\
-                     [parse]\nplugin = \"{}\"\nconfig = {parse_config}\n[watermark]\ndelay = \"40 seconds\"\n[window]\n\
-                     {window}\n[aggregate]\nplugin = \"{}\"\n{}\n{scale}\n",
-                    kafka_source(&brokers, &topic, max_batch),
-                    component("orders_json").display(),
-                    component("error_rate").display(),
-                    file_sink(&out),
-                );
-                let p = run.join(format!("{kind}.toml"));
-                std::fs::write(&p, text).unwrap();
-                let members: Vec<Member> =
-                    (0..processes.max(1)).map(|i| Member::start(&p, &run.join(format!("cp-{i}")))).collect();
-                let deadline = Instant::now() + PATIENCE;
-                // CPU time of the members and the broker from the first progress line on (start-up
-                // left out), to the last window.
-                let pids = || members.iter().map(|m| m.child.id()).collect::<Vec<_>>();
-                let mut cpu_from = None;
-                let mut closed = live.is_none();
-                while delivered_rows(&out).len() < want {
-                    assert!(Instant::now() < deadline, "{kind}, {mode}: the windows never all came");
-                    if let Some(chunks) = live {
-                        // Orders the input's tasks (or the one process) committed.
-                        let read: u64 = members
-                            .iter()
-                            .map(|m| {
-                                let tasks = m.tasks.lock().unwrap();
-                                let input =
-                                    tasks.iter().filter(|v| !v["name"].as_str().unwrap_or("").contains("repartition"));
-                                input.map(|v| v["numInputRows"].as_u64().unwrap_or(0)).sum::<u64>()
-                            })
-                            .sum();
-                        let per = orders.div_ceil(chunks as u64);
-                        while produced < chunks && read >= (produced + 1).saturating_sub(LIVE_AHEAD) as u64 * per {
-                            produce_chunk_to(&brokers, &topic, dir.path(), &all, produced, chunks);
-                            produced += 1;
-                        }
-                        if produced == chunks && !closed {
-                            produce_closers_to(&brokers, &topic, dir.path(), &all);
-                            closed = true;
-                        }
-                    }
-                    if cpu_from.is_none() && members.iter().any(|m| !m.tasks.lock().unwrap().is_empty()) {
-                        cpu_from = Some((cpu_seconds(&pids()), broker_pid.map(|b| cpu_seconds(&[b]))));
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-                let (weir_from, broker_from) = cpu_from.unwrap_or_default();
-                let weir_cpu = cpu_seconds(&pids()) - weir_from;
-                let broker_cpu = broker_pid.map(|b| cpu_seconds(&[b])).zip(broker_from).map(|(t, f)| t - f);
-                // From the first batch's start to the last batch's end, and each step's median.
-                let (mut first, mut last) = (f64::MAX, f64::MIN);
-                let mut steps: BTreeMap<(&str, String), Vec<f64>> = BTreeMap::new();
-                for m in &members {
-                    for v in m.tasks.lock().unwrap().iter() {
-                        let Some(end) = v["timestamp"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok()) else {
-                            continue;
-                        };
-                        let end = end.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
-                        let total = v["durationMs"]["totalMs"].as_f64().unwrap_or(0.0) / 1e3;
-                        first = first.min(end - total);
-                        last = last.max(end);
-                        let stage = if v["name"].as_str().unwrap_or("").contains("repartition") {
-                            "stage 2"
-                        } else {
-                            "stage 1"
-                        };
-                        for (k, ms) in v["durationMs"].as_object().into_iter().flatten() {
-                            steps.entry((stage, k.clone())).or_default().push(ms.as_f64().unwrap_or(0.0));
-                        }
-                    }
-                }
-                let rate = orders as f64 / (last - first);
-                let per_cpu = orders as f64 / weir_cpu;
-                let broker_line = broker_cpu.map(|b| format!(", the broker's {:.2} CPU-seconds", b));
-                eprintln!(
-                    "{kind}, {mode}, round {round}: {rate:.0} orders/s; {per_cpu:.0} orders per CPU-second of Weir{}",
-                    broker_line.unwrap_or_default()
-                );
-                results.entry(format!("{kind}: {mode}")).or_default().push(rate);
-                results.entry(format!("{kind}: {mode}, per CPU-second")).or_default().push(per_cpu);
-                let medians: Vec<String> = steps
-                    .iter_mut()
-                    .map(|((stage, k), v)| {
-                        v.sort_by(f64::total_cmp);
-                        format!("{stage} {k} {:.1}", v[v.len() / 2])
-                    })
-                    .collect();
-                let batches: Vec<String> = ["stage 1", "stage 2"]
-                    .iter()
-                    .filter_map(|stage| {
-                        steps.get(&(*stage, "totalMs".to_string())).map(|v| format!("{stage} {}", v.len()))
-                    })
-                    .collect();
-                eprintln!(
-                    "{kind}, {mode}, round {round}: batches {}; median ms per batch: {}",
-                    batches.join(", "),
-                    medians.join(", ")
-                );
-                for m in members {
-                    m.stop();
-                }
-                if processes > 0 {
-                    let (messages, bytes) = topic_size(&brokers, &format!("weir.{group}.repartition"));
-                    eprintln!(
-                        "{kind}, {mode}, round {round}: shuffle {messages} messages, {bytes} bytes: {:.4} messages \
-                         and {:.2} bytes per order",
-                        messages as f64 / orders as f64,
-                        bytes as f64 / orders as f64
-                    );
-                }
+                let case = Case { kind, window, parse_config, mode, processes, round };
+                run_case(&bench, &case, want, &mut results);
             }
         }
     }
@@ -267,6 +146,205 @@ pub(crate) fn windows_in_two_stages_against_one() {
         let rates: Vec<String> = r.iter().map(|rate| format!("{rate:.0}")).collect();
         eprintln!("| {mode} | {} |", rates.join(", "));
     }
+}
+
+/// How many chunks of a live input may be produced ahead of what the members have committed.
+const LIVE_AHEAD: usize = 3;
+
+/// What every run of [`windows_in_two_stages_against_one`] shares: the broker, the input and
+/// the settings read from the environment.
+struct Bench<'a> {
+    dir: &'a Path,
+    brokers: &'a str,
+    /// The mock broker's process, whose CPU time is measured too (none on tansu).
+    broker_pid: Option<u32>,
+    all: &'a [String],
+    orders: u64,
+    max_batch: usize,
+    /// The chunks of a live input (`WEIR_TEST_CHUNKS`); `None`: the input was produced up front.
+    live: Option<usize>,
+}
+
+/// One run: a pipeline (its window and parser config) by one mode, in one round.
+struct Case<'a> {
+    kind: &'a str,
+    window: &'a str,
+    parse_config: &'a str,
+    mode: &'a str,
+    /// 0: one process, one stage; else the processes of the group.
+    processes: usize,
+    round: usize,
+}
+
+/// Runs one case until every window of it is delivered (`want` rows), prints its throughput,
+/// CPU time and step medians, and adds its rates to `results`.
+fn run_case(bench: &Bench, case: &Case, want: usize, results: &mut BTreeMap<String, Vec<f64>>) {
+    let Case { kind, mode, processes, round, .. } = *case;
+    let run = bench.dir.join(format!("run-{kind}-{round}-{processes}"));
+    let out = run.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let group = format!("{kind}{round}x{processes}");
+    let topic = if bench.live.is_some() { format!("orders.{group}") } else { "orders".to_string() };
+    let mut produced = 0;
+    if let Some(chunks) = bench.live {
+        while produced < chunks.min(LIVE_AHEAD) {
+            produce_chunk_to(bench.brokers, &topic, bench.dir, bench.all, produced, chunks);
+            produced += 1;
+        }
+    }
+    let p = case_pipeline(bench, case, &run, &out, &group, &topic);
+    let members: Vec<Member> = (0..processes.max(1)).map(|i| Member::start(&p, &run.join(format!("cp-{i}")))).collect();
+    let cpu_from = wait_for_windows(bench, case, &members, &out, &topic, want, produced);
+    let (weir_from, broker_from) = cpu_from.unwrap_or_default();
+    let weir_cpu = cpu_seconds(&member_pids(&members)) - weir_from;
+    let broker_cpu = bench.broker_pid.map(|b| cpu_seconds(&[b])).zip(broker_from).map(|(t, f)| t - f);
+    // From the first batch's start to the last batch's end, and each step's median.
+    let (first, last, mut steps) = batch_steps(&members);
+    let rate = bench.orders as f64 / (last - first);
+    let per_cpu = bench.orders as f64 / weir_cpu;
+    let broker_line = broker_cpu.map(|b| format!(", the broker's {:.2} CPU-seconds", b));
+    eprintln!(
+        "{kind}, {mode}, round {round}: {rate:.0} orders/s; {per_cpu:.0} orders per CPU-second of Weir{}",
+        broker_line.unwrap_or_default()
+    );
+    results.entry(format!("{kind}: {mode}")).or_default().push(rate);
+    results.entry(format!("{kind}: {mode}, per CPU-second")).or_default().push(per_cpu);
+    print_step_medians(case, &mut steps);
+    for m in members {
+        m.stop();
+    }
+    if processes > 0 {
+        let (messages, bytes) = topic_size(bench.brokers, &format!("weir.{group}.repartition"));
+        eprintln!(
+            "{kind}, {mode}, round {round}: shuffle {messages} messages, {bytes} bytes: {:.4} messages \
+             and {:.2} bytes per order",
+            messages as f64 / bench.orders as f64,
+            bytes as f64 / bench.orders as f64
+        );
+    }
+}
+
+/// Writes the case's pipeline file into `run`: the windows read from `topic`, written to `out`,
+/// in a group of its own when it has processes.
+fn case_pipeline(bench: &Bench, case: &Case, run: &Path, out: &Path, group: &str, topic: &str) -> PathBuf {
+    let Case { kind, window, parse_config, processes, .. } = *case;
+    let scale = if processes > 0 { format!("[scale]\ngroup = \"{group}\"") } else { String::new() };
+    let text = format!(
+        "name = \"{kind}\"\n[source]\n{}\nstarting_offsets = \"earliest\"\n[trigger]\n{MICRO_BATCHES}\n\
+         [parse]\nplugin = \"{}\"\nconfig = {parse_config}\n[watermark]\ndelay = \"40 seconds\"\n[window]\n\
+         {window}\n[aggregate]\nplugin = \"{}\"\n{}\n{scale}\n",
+        kafka_source(bench.brokers, topic, bench.max_batch),
+        component("orders_json").display(),
+        component("error_rate").display(),
+        file_sink(out),
+    );
+    let p = run.join(format!("{kind}.toml"));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Waits until `want` rows are in `out`, feeding a live input as the members commit it
+/// (`produced` of its chunks are already in). Returns the CPU seconds of the members and of the
+/// broker when the first progress line came, or `None` if none did.
+fn wait_for_windows(
+    bench: &Bench,
+    case: &Case,
+    members: &[Member],
+    out: &Path,
+    topic: &str,
+    want: usize,
+    mut produced: usize,
+) -> Option<(f64, Option<f64>)> {
+    let Case { kind, mode, .. } = *case;
+    let deadline = Instant::now() + PATIENCE;
+    // CPU time of the members and the broker from the first progress line on (start-up
+    // left out), to the last window.
+    let mut cpu_from = None;
+    let mut closed = bench.live.is_none();
+    while delivered_rows(out).len() < want {
+        assert!(Instant::now() < deadline, "{kind}, {mode}: the windows never all came");
+        if let Some(chunks) = bench.live {
+            feed_live(bench, members, topic, chunks, &mut produced, &mut closed);
+        }
+        if cpu_from.is_none() && members.iter().any(|m| !m.tasks.lock().unwrap().is_empty()) {
+            cpu_from = Some((cpu_seconds(&member_pids(members)), bench.broker_pid.map(|b| cpu_seconds(&[b]))));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cpu_from
+}
+
+/// Produces the next chunks of a live input of `chunks` while the members have committed all
+/// but the last LIVE_AHEAD produced, and its closers once every chunk is in.
+fn feed_live(bench: &Bench, members: &[Member], topic: &str, chunks: usize, produced: &mut usize, closed: &mut bool) {
+    // Orders the input's tasks (or the one process) committed.
+    let read: u64 = members
+        .iter()
+        .map(|m| {
+            let tasks = m.tasks.lock().unwrap();
+            let input = tasks.iter().filter(|v| !v["name"].as_str().unwrap_or("").contains("repartition"));
+            input.map(|v| v["numInputRows"].as_u64().unwrap_or(0)).sum::<u64>()
+        })
+        .sum();
+    let per = bench.orders.div_ceil(chunks as u64);
+    while *produced < chunks && read >= (*produced + 1).saturating_sub(LIVE_AHEAD) as u64 * per {
+        produce_chunk_to(bench.brokers, topic, bench.dir, bench.all, *produced, chunks);
+        *produced += 1;
+    }
+    if *produced == chunks && !*closed {
+        produce_closers_to(bench.brokers, topic, bench.dir, bench.all);
+        *closed = true;
+    }
+}
+
+/// The members' process ids, for [`cpu_seconds`].
+fn member_pids(members: &[Member]) -> Vec<u32> {
+    members.iter().map(|m| m.child.id()).collect()
+}
+
+/// Times a batch's step took, in ms, by stage and step (`durationMs` of the progress lines).
+type Steps = BTreeMap<(&'static str, String), Vec<f64>>;
+
+/// The first batch's start and the last batch's end (seconds since the epoch) over the
+/// members' progress lines, and every step's times.
+fn batch_steps(members: &[Member]) -> (f64, f64, Steps) {
+    let (mut first, mut last) = (f64::MAX, f64::MIN);
+    let mut steps = Steps::new();
+    for m in members {
+        for v in m.tasks.lock().unwrap().iter() {
+            let Some(end) = v["timestamp"].as_str().and_then(|t| humantime::parse_rfc3339(t).ok()) else { continue };
+            let end = end.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+            let total = v["durationMs"]["totalMs"].as_f64().unwrap_or(0.0) / 1e3;
+            first = first.min(end - total);
+            last = last.max(end);
+            let stage = if v["name"].as_str().unwrap_or("").contains("repartition") { "stage 2" } else { "stage 1" };
+            for (k, ms) in v["durationMs"].as_object().into_iter().flatten() {
+                steps.entry((stage, k.clone())).or_default().push(ms.as_f64().unwrap_or(0.0));
+            }
+        }
+    }
+    (first, last, steps)
+}
+
+/// Prints the batches per stage and each step's median time (sorting each step's times).
+fn print_step_medians(case: &Case, steps: &mut Steps) {
+    let Case { kind, mode, round, .. } = *case;
+    let medians: Vec<String> = steps
+        .iter_mut()
+        .map(|((stage, k), v)| {
+            v.sort_by(f64::total_cmp);
+            format!("{stage} {k} {:.1}", v[v.len() / 2])
+        })
+        .collect();
+    let batches: Vec<String> = ["stage 1", "stage 2"]
+        .iter()
+        .filter_map(|stage| steps.get(&(*stage, "totalMs".to_string())).map(|v| format!("{stage} {}", v.len())))
+        .collect();
+    eprintln!(
+        "{kind}, {mode}, round {round}: batches {}; median ms per batch: {}",
+        batches.join(", "),
+        medians.join(", ")
+    );
 }
 
 /// User and system CPU seconds the processes `pids` have used (`/proc/PID/stat`; a process

@@ -1,6 +1,6 @@
 //! The pipeline file's schema: what a pipeline file may say, exactly as written (TOML through
 //! serde). Every table refuses keys it does not know, so a typo is an error naming the key, never
-//! a silent default. `validate/` turns a file into the model in `lib.rs`.
+//! a silent default. `validate/` turns a file into the model (`lib.rs`, `connectors.rs`, `operators.rs`).
 
 use std::path::PathBuf;
 

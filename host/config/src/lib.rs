@@ -9,8 +9,14 @@
 //! `withWatermark`'s delay, `output.mode` is `outputMode`, `trigger.mode` is the trigger,
 //! `checkpoint.location` is `checkpointLocation`, `source.max_offsets_per_trigger` is
 //! `maxOffsetsPerTrigger`). Relative paths are relative to the pipeline file's directory.
+//!
+//! The model is this file (the pipeline, its trigger, failure policy and limits) with
+//! `connectors.rs` (its source and sink) and `operators.rs` (event time, dedup, joins, windows
+//! and processors), re-exported here so every part is `weir_config::NAME`.
 
+mod connectors;
 mod file;
+mod operators;
 mod validate;
 
 pub mod expect;
@@ -19,13 +25,19 @@ pub mod expect;
 use weir_sandbox as plugin;
 use weir_types::{columns, json, retry, window};
 
+pub use connectors::{
+    DatasetRef, KafkaSinkConfig, KafkaSourceConfig, RepartitionConfig, ReplayFormat, SinkConfig, SourceConfig,
+    SourceKind, StartingOffsets,
+};
 pub use file::Dur;
+pub use operators::{
+    DEFAULT_JOIN_AS, Dedup, EventTime, IntervalJoin, Join, JoinKind, Keyed, LatePolicy, OutputMode, Process, Stateful,
+    TableJoin, Ttl, TtlClock, Windowed,
+};
 pub use validate::{dataset_name, deserialize, kafka_options};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-
-use serde::Deserialize;
 
 use crate::plugin::StageSpec;
 use crate::window::WindowSpec;
@@ -70,56 +82,6 @@ impl FailurePolicy {
     }
 }
 
-/// Where a Kafka source starts in a partition the checkpoint does not know yet.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StartingOffsets {
-    Earliest,
-    Latest,
-    /// The first offset whose record's timestamp is at or after this (epoch ms).
-    Timestamp(i64),
-    /// These offsets, by partition (a Kafka-backed dataset's beginning after a full refresh,
-    /// `project/bases.rs`), never below the earliest the broker keeps; a partition not listed
-    /// from its earliest.
-    Offsets(Vec<(i32, i64)>),
-}
-
-/// How a recorded-events file is laid out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReplayFormat {
-    /// `envelope` if the first line is an object with `value` and only envelope keys, else `lines`.
-    #[default]
-    Auto,
-    /// Each line is one record's value.
-    Lines,
-    /// Each line is `{"value": .., "key": .., "partition": .., "offset": .., "timestamp": ..}`.
-    Envelope,
-}
-
-/// What happens to an event that is late for every window it belongs to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum LatePolicy {
-    /// Counted and dropped.
-    #[default]
-    Drop,
-    /// Counted and written to the late-data file with its reason.
-    SideOutput,
-}
-
-/// Which window results leave a batch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OutputMode {
-    /// Each window once, when the watermark passes its end: the final result.
-    #[default]
-    Append,
-    /// Each window changed in this batch.
-    Update,
-    /// Every window kept in state.
-    Complete,
-}
-
 /// When batches start and how much each reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Trigger {
@@ -132,122 +94,6 @@ pub enum Trigger {
     /// Stateless pipelines: each record as soon as it arrives; offsets checkpointed every
     /// `checkpoint_interval`. At-least-once (docs/semantics.md).
     Continuous { checkpoint_interval: Duration },
-}
-
-#[derive(Debug, Clone)]
-pub struct SourceConfig {
-    pub kind: SourceKind,
-    pub max_offsets_per_trigger: usize,
-}
-
-#[derive(Debug, Clone)]
-pub enum SourceKind {
-    Replay {
-        path: PathBuf,
-        format: ReplayFormat,
-    },
-    Kafka(KafkaSourceConfig),
-    Dataset(DatasetRef),
-    /// A group's stage-2 task: made by `scale/`, never written in a file.
-    Repartition(Box<RepartitionConfig>),
-}
-
-/// One partition of a group's repartition topic, which the group's stage-1 tasks write
-/// (`host/engine/src/source/repartition.rs`).
-#[derive(Debug, Clone)]
-pub struct RepartitionConfig {
-    /// The topic, with the one partition in `partitions`.
-    pub kafka: KafkaSourceConfig,
-    /// The stage-1 tasks that write to it: the input topic's partitions.
-    pub lanes: u32,
-}
-
-/// A project's dataset, as a flow names it. The project fills in where it lives
-/// (`project/mod.rs`): the embedded log's directory here, or a Kafka topic, for which it
-/// replaces the source or sink with Kafka's.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DatasetRef {
-    pub name: String,
-    /// The embedded log's directory; `None` outside a project.
-    pub log: Option<PathBuf>,
-    pub table: bool,
-    /// The project's input is bounded: reading ends once the dataset's writers are done and
-    /// everything they wrote is read.
-    pub bounded: bool,
-    /// Written to: records older than this are dropped (the dataset's retention).
-    pub retention: Option<Duration>,
-}
-
-impl DatasetRef {
-    fn named(name: String) -> Self {
-        Self { name, log: None, table: false, bounded: false, retention: None }
-    }
-}
-
-impl SourceKind {
-    pub fn name(&self) -> &'static str {
-        match self {
-            SourceKind::Replay { .. } => "replay",
-            SourceKind::Kafka(_) => "kafka",
-            SourceKind::Dataset(_) => "dataset",
-            SourceKind::Repartition(_) => "repartition",
-        }
-    }
-
-    /// What the source reads, for the checkpoint's fingerprint: a file by its canonical path (so
-    /// `./orders.jsonl`, `orders.jsonl` and a start from another directory agree), topics by
-    /// name. Called at start-up, not in validation: it reads the filesystem.
-    pub fn identity(&self) -> String {
-        match self {
-            SourceKind::Replay { path, .. } => {
-                let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-                format!("replay:{}", path.display())
-            }
-            SourceKind::Kafka(k) => format!("kafka:{}", k.topics.join(",")),
-            SourceKind::Dataset(d) => format!("dataset:{}", d.name),
-            SourceKind::Repartition(r) => format!("repartition:{}", r.kafka.topics.join(",")),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct KafkaSourceConfig {
-    pub topics: Vec<String>,
-    /// Explicit (topic, partition) assignment; `None`: every partition of each topic.
-    pub partitions: Option<Vec<(String, i32)>>,
-    pub starting: StartingOffsets,
-    /// librdkafka options, applied over Weir's defaults.
-    pub options: Vec<(String, String)>,
-    /// Group whose offsets Weir commits for lag monitoring: `kafka.group.id`, else `weir-NAME`.
-    pub group_id: String,
-}
-
-/// Where rows go.
-#[derive(Debug, Clone)]
-pub enum SinkConfig {
-    Wasm(StageSpec),
-    Kafka(KafkaSinkConfig),
-    /// A project's dataset; `key`: the row field whose value keys each row (`sink.key`).
-    Dataset {
-        dataset: DatasetRef,
-        key: Option<String>,
-    },
-}
-
-#[derive(Debug, Clone)]
-pub struct KafkaSinkConfig {
-    pub topic: String,
-    pub options: Vec<(String, String)>,
-    /// One transaction per batch (exactly-once for `read_committed` consumers).
-    pub transactional: bool,
-    /// `kafka.transactional.id`, else `weir-NAME`: stable across restarts, so a restarted
-    /// pipeline fences its previous incarnation.
-    pub transactional_id: String,
-    /// `sink.key`: the row field whose value keys each message; `None`: the row's own key.
-    pub key: Option<String>,
-    /// Each message's timestamp is its row's event time: set for a project's Kafka-backed
-    /// dataset, whose readers take event time from it.
-    pub event_time_stamps: bool,
 }
 
 /// Default batch size: large enough that per-batch costs (a plan, a commit, a call per stage)
@@ -280,146 +126,6 @@ pub const MAX_TRIGGER_INTERVAL: Duration = Duration::from_secs(86_400);
 /// The most `failure.retries`, and the longest `failure.backoff`.
 pub const MAX_RETRIES: u32 = 20;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(3_600);
-
-#[derive(Debug, Clone)]
-pub struct EventTime {
-    pub delay_ms: i64,
-    pub idle_timeout: Option<Duration>,
-    pub allowed_lateness_ms: i64,
-    pub late: LatePolicy,
-    pub late_path: Option<PathBuf>,
-    /// Whether a run that reaches the end of bounded input emits every open window. `None`: as
-    /// the run decides (`weir test` and `weir bench` do, `weir run` does not unless `--flush`).
-    pub flush_at_end: Option<bool>,
-}
-
-/// `[dedup]`: events whose key was seen within `within_ms` of event time are dropped before
-/// the window (`host/engine/src/operator/dedup.rs`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dedup {
-    /// The top-level row field whose JSON value is the key; `None`: the event's key.
-    pub field: Option<String>,
-    pub within_ms: i64,
-}
-
-/// `[join]`: each event looked up by key in a table built from a keyed source
-/// (`host/engine/src/operator/table_join.rs`).
-#[derive(Debug, Clone)]
-pub struct TableJoin {
-    /// Where the table's rows come from: each record upserts its key, an empty value deletes it.
-    pub table: SourceConfig,
-    /// The top-level row field whose value is the lookup key; `None`: the event's key.
-    pub on: Option<String>,
-    /// `join.as`: the field of the joined row that holds the table's row.
-    pub field: String,
-    pub kind: JoinKind,
-}
-
-/// `[join] type = "interval"`: events of the pipeline's stream and of the stream `stream` join
-/// when their keys are equal and `left.time BETWEEN right.time - before AND right.time +
-/// after` (`host/engine/src/operator/interval_join.rs`).
-#[derive(Debug, Clone)]
-pub struct IntervalJoin {
-    /// The other stream's name (`[streams.NAME]`), its source and its parser.
-    pub stream: String,
-    pub source: SourceConfig,
-    pub parse: StageSpec,
-    /// The top-level row field whose value is the key, on both sides; `None`: the events' keys.
-    pub on: Option<String>,
-    /// `join.as`: the field of the joined row that holds the right event's row.
-    pub field: String,
-    pub before_ms: i64,
-    pub after_ms: i64,
-}
-
-/// `[join]`.
-#[derive(Debug, Clone)]
-pub enum Join {
-    Table(TableJoin),
-    Interval(Box<IntervalJoin>),
-}
-
-/// Which events a join lets through.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum JoinKind {
-    /// Only events whose key the table has.
-    #[default]
-    Inner,
-    /// Every event; the table's field is `null` where the table has no row for the key.
-    Left,
-}
-
-/// `join.as` without one.
-pub const DEFAULT_JOIN_AS: &str = "table";
-
-/// What a stateful pipeline keeps state for: events (after `[dedup]`) in event time, into
-/// windows or a keyed processor.
-#[derive(Debug, Clone)]
-pub struct Stateful {
-    pub dedup: Option<Dedup>,
-    pub time: EventTime,
-    pub keyed: Keyed,
-}
-
-/// The operator at the end of a stateful pipeline.
-#[derive(Debug, Clone)]
-pub enum Keyed {
-    Window(Windowed),
-    Process(Process),
-    /// No operator of its own: the rows that `[dedup]` lets through go to the sink as they are.
-    Rows,
-}
-
-impl Keyed {
-    /// The plugin that owns the state, if any.
-    pub fn plugin(&self) -> Option<&StageSpec> {
-        match self {
-            Keyed::Window(w) => Some(&w.aggregate),
-            Keyed::Process(p) => Some(&p.plugin),
-            Keyed::Rows => None,
-        }
-    }
-}
-
-/// A windowed aggregation: how to window, what to aggregate, what to emit.
-#[derive(Debug, Clone)]
-pub struct Windowed {
-    pub window: WindowSpec,
-    pub aggregate: StageSpec,
-    pub output: OutputMode,
-    /// `output.tombstones`: a tombstone when a window's state is dropped (update mode).
-    pub tombstones: bool,
-}
-
-/// `[process]`: a keyed processor plugin with state and timers (`operator/processor/`).
-#[derive(Debug, Clone)]
-pub struct Process {
-    pub plugin: StageSpec,
-    /// The top-level row field whose JSON value is the key; `None`: the event's key.
-    pub key: Option<String>,
-    pub ttl: Option<Ttl>,
-    /// `output.tombstones`: a tombstone when a key's state is deleted.
-    pub tombstones: bool,
-}
-
-/// `process.ttl`: a key with no events for `ms` loses its state, without a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Ttl {
-    pub ms: i64,
-    pub clock: TtlClock,
-}
-
-/// The clock a TTL runs on.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TtlClock {
-    /// Since the batch that last gave the key events was planned.
-    #[default]
-    ProcessingTime,
-    /// Since the latest event time the key had, as the watermark measures it.
-    EventTime,
-}
 
 /// One `expect` entry (`expect.rs`).
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //! stage-2 task. The local RocksDB is the working copy; whoever is assigned the task next
 //! restores it from here (`task.rs`), on any machine.
 //!
-//! **What is written.** Each batch, before the checkpoint record's commit (`ledger.rs`), the
+//! **What is written.** Each batch, before the checkpoint record's commit (`ledger/`), the
 //! batch's staged state changes: one record per changed state key, with the batch id, the new
 //! value (none: deleted) and the value it had before the batch (its before-image). The key's
 //! deletion becomes a tombstone with the next batch's records, once the batch that deleted it is

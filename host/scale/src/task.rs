@@ -1,7 +1,7 @@
 //! One task of a group: the pipeline over one input partition, on this process for as long as
 //! the group assigns it here.
 //!
-//! On assignment the task claims its checkpoint record (`ledger.rs`) with a new epoch, and
+//! On assignment the task claims its checkpoint record (`ledger/`) with a new epoch, and
 //! makes its local checkpoint directory say what the record says: the last committed batch's
 //! state record and the plans after it. Then the ordinary driver runs it, writing every plan and
 //! commit to the record too. So wherever the task ran before, it continues exactly there, and a

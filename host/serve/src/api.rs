@@ -440,7 +440,7 @@ mod tests {
         ("get", "/v1/metrics"),
     ];
 
-    /// `docs/openapi.json` lists exactly the routes served (tests/serve.rs calls each of them).
+    /// `docs/openapi.json` lists exactly the routes served (tests/serve/client.rs calls each of them).
     #[test]
     fn the_openapi_file_lists_every_route_and_no_other() {
         let spec: serde_json::Value = serde_json::from_str(include_str!("../../../docs/openapi.json")).unwrap();

@@ -81,7 +81,32 @@ fn host_reaching_option(key: &str) -> bool {
         || key.contains(".cmd")
 }
 
+/// `text`, a tenant's pipeline file, confined to `scope`. The first check that fails is the
+/// refusal, so the order of the checks is the order the tenant meets them in.
 pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
+    let table = named_table(scope, text)?;
+    let mut digests = Vec::new();
+    let pipeline = resolved_pipeline(scope, table, &mut digests)?;
+    check_sources(scope, &pipeline)?;
+    check_sink(scope, &pipeline)?;
+    if let Some(p) = &pipeline.dead_letter {
+        confine_path(scope.files, "dead_letter.path", p)?;
+    }
+    if let Some(p) = pipeline.stateful.as_ref().and_then(|s| s.time.late_path.as_ref()) {
+        confine_path(scope.files, "watermark.late_path", p)?;
+    }
+    let mut memory_mb = check_stages(scope, &pipeline)?;
+    if let Some(parse) = &pipeline.parse {
+        memory_mb += (parse.limits.max_memory >> 20) as u64 * (pipeline.parser_instances() as u64 - 1);
+    }
+    digests.sort();
+    digests.dedup();
+    Ok(Confined { pipeline, memory_mb, digests })
+}
+
+/// The file as a table, its `name` the request's and replaced by the run name, and with no
+/// `[checkpoint]` of its own.
+fn named_table(scope: &Scope, text: &str) -> Result<toml::Table, Refusal> {
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| Refusal {
         field: "(file)".into(),
         message: e.message().to_string(),
@@ -104,16 +129,24 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
             "the service keeps each pipeline's checkpoint itself: remove the [checkpoint] table",
         ));
     }
-    let mut digests = Vec::new();
+    Ok(table)
+}
+
+/// The pipeline the engine reads from `table` once its plugins are the tenant's components
+/// (their digests pushed onto `digests`), refused under the engine's own key when invalid.
+fn resolved_pipeline(scope: &Scope, table: toml::Table, digests: &mut Vec<String>) -> Result<Pipeline, Refusal> {
     let mut value = toml::Value::Table(table);
-    resolve_plugins(scope, &mut value, "", &mut digests)?;
+    resolve_plugins(scope, &mut value, "", digests)?;
     let text = toml::to_string(&value).map_err(|e| refuse("(file)", e.to_string()))?;
-    let pipeline = Pipeline::parse(&text, &scope.files.join("pipeline.toml")).map_err(|e| match e {
+    Pipeline::parse(&text, &scope.files.join("pipeline.toml")).map_err(|e| match e {
         PipelineError::Invalid { key, message, .. } => refuse(key, message),
         PipelineError::Read { .. } => refuse("(file)", e.to_string()),
-    })?;
+    })
+}
 
-    let inside = |field: &str, p: &Path| confine_path(scope.files, field, p);
+/// The main source and a join's other side: a replay file inside the data area, Kafka options
+/// the tenant may set, and no kind of source the service does not host.
+fn check_sources(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     let sources = std::iter::once(("source", &pipeline.source.kind)).chain(match &pipeline.join {
         Some(Join::Table(t)) => Some(("join.table", &t.table.kind)),
         Some(Join::Interval(j)) => Some(("streams", &j.source.kind)),
@@ -121,7 +154,7 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
     });
     for (field, kind) in sources {
         match kind {
-            SourceKind::Replay { path, .. } => inside(&format!("{field}.path"), path)?,
+            SourceKind::Replay { path, .. } => confine_path(scope.files, &format!("{field}.path"), path)?,
             SourceKind::Kafka(k) => kafka_options(scope, &format!("{field}.kafka"), &k.options)?,
             SourceKind::Dataset(_) => {
                 return Err(refuse(
@@ -135,6 +168,12 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
             }
         }
     }
+    Ok(())
+}
+
+/// A sink the service can run for a tenant: Kafka with the tenant's transactional id, or a
+/// plugin; never a dataset or none.
+fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     match &pipeline.sink {
         Some(SinkConfig::Kafka(k)) => {
             kafka_options(scope, "sink.kafka", &k.options)?;
@@ -154,12 +193,12 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
         }
     }
-    if let Some(p) = &pipeline.dead_letter {
-        inside("dead_letter.path", p)?;
-    }
-    if let Some(p) = pipeline.stateful.as_ref().and_then(|s| s.time.late_path.as_ref()) {
-        inside("watermark.late_path", p)?;
-    }
+    Ok(())
+}
+
+/// Every plugin stage: its component from the store, its grants inside the data area and the
+/// allow-list, no fuel. Returns the linear memory the stages may grow to, in MiB.
+fn check_stages(scope: &Scope, pipeline: &Pipeline) -> Result<u64, Refusal> {
     let store_dir = store::path(scope.data, &format!("{}{}", store::DIGEST_PREFIX, "0".repeat(64)))
         .and_then(|p| p.parent().map(Path::to_path_buf));
     let mut memory_mb = 0;
@@ -173,7 +212,7 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
         }
         let g = &stage.grants;
         for (i, d) in g.dirs.iter().enumerate() {
-            inside(&field(&format!("grants.dirs[{i}].host")), &d.host)?;
+            confine_path(scope.files, &field(&format!("grants.dirs[{i}].host")), &d.host)?;
         }
         if !g.env.is_empty() {
             return Err(refuse(
@@ -203,12 +242,7 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
         }
         memory_mb += (stage.limits.max_memory >> 20) as u64;
     }
-    if let Some(parse) = &pipeline.parse {
-        memory_mb += (parse.limits.max_memory >> 20) as u64 * (pipeline.parser_instances() as u64 - 1);
-    }
-    digests.sort();
-    digests.dedup();
-    Ok(Confined { pipeline, memory_mb, digests })
+    Ok(memory_mb)
 }
 
 /// Replaces every `plugin = "NAME"` (in any table, at any depth) with the path of the tenant's

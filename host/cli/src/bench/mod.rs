@@ -15,7 +15,7 @@ pub(super) mod latency;
 
 use std::fs::File;
 use std::io::{BufRead, BufWriter, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -67,55 +67,100 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     // Warm the compiled-component cache so the measurement is the pipeline, not the compiler.
     super::run::runtime([&p])?;
 
-    let checkpoint = dir.path().join("checkpoint");
-    let digest = Digest::new(a.rows.as_deref())?;
-    let stop = Arc::new(AtomicBool::new(false));
+    let runs = Runs {
+        p: &p,
+        native: a.native,
+        input: input.as_ref(),
+        continuous,
+        dir: dir.path(),
+        checkpoint: dir.path().join("checkpoint"),
+        digest: Digest::new(a.rows.as_deref())?,
+        stop: Arc::new(AtomicBool::new(false)),
+    };
     // With --restart the first half leaves its trailing windows open, as a run that goes on does.
-    let run = |fsync: bool, flush: bool| -> Result<Summary> {
-        let output = Output::Lines(Box::new(digest.clone()));
-        let (stages, watcher) = if a.native {
-            (crate::native::stages(&p, output, &stop)?, None)
+    let cpu = cpu_seconds();
+    let s = runs.run(!a.no_fsync, !a.restart)?;
+    let cpu = cpu_seconds() - cpu;
+    print_throughput(&p, &described(&p, a.native, a.no_fsync, a.kafka), &s, cpu, &runs.digest)?;
+
+    if let Some(input) = input.as_ref().filter(|_| !continuous) {
+        print_bare_read(input)?;
+    }
+
+    if a.restart {
+        restart(&runs, &file, &rest)?;
+    }
+    Ok(())
+}
+
+/// What every run of the measured pipeline shares: the pipeline and its input, where its
+/// checkpoint and dead letters go, the digest its rows go to, and the flag that stops it.
+struct Runs<'a> {
+    p: &'a Pipeline,
+    native: bool,
+    /// `--kafka`: the orders in the embedded broker.
+    input: Option<&'a kafka::KafkaInput>,
+    continuous: bool,
+    dir: &'a Path,
+    checkpoint: PathBuf,
+    digest: Digest,
+    stop: Arc<AtomicBool>,
+}
+
+impl Runs<'_> {
+    /// One run to the end of the input (a continuous one: until its parser has taken in every
+    /// order), on the Wasm plugins or the native stages.
+    fn run(&self, fsync: bool, flush: bool) -> Result<Summary> {
+        let p = self.p;
+        let output = Output::Lines(Box::new(self.digest.clone()));
+        let (stages, watcher) = if self.native {
+            (crate::native::stages(p, output, &self.stop)?, None)
         } else {
-            let runtime = super::run::runtime([&p])?;
-            let watcher = input
-                .as_ref()
-                .filter(|_| continuous)
-                .map(|i| kafka::stop_when_parsed(&runtime, &p.name, i.orders, &stop));
-            (Stages::wasm(&p, &runtime, output, &stop)?, watcher)
+            let runtime = super::run::runtime([p])?;
+            let watcher = self
+                .input
+                .filter(|_| self.continuous)
+                .map(|i| kafka::stop_when_parsed(&runtime, &p.name, i.orders, &self.stop));
+            (Stages::wasm(p, &runtime, output, &self.stop)?, watcher)
         };
         let opts = RunOptions {
-            checkpoint: checkpoint.clone(),
-            dead_letters: Some(dir.path().join("dead-letters.jsonl")),
+            checkpoint: self.checkpoint.clone(),
+            dead_letters: Some(self.dir.join("dead-letters.jsonl")),
             progress: Progress::new(&p.name, false, None),
-            stop: stop.clone(),
+            stop: self.stop.clone(),
             fsync,
             flush: Flush::AsConfigured { default: flush },
             own_share: true,
             ledger: None,
         };
-        let summary = driver::run(&p, stages, opts).with_context(|| format!("pipeline {}", p.name));
+        let summary = driver::run(p, stages, opts).with_context(|| format!("pipeline {}", p.name));
         if let Some(w) = watcher {
-            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
             let _ = w.join();
         }
         summary
-    };
+    }
+}
 
-    let cpu = cpu_seconds();
-    let s = run(!a.no_fsync, !a.restart)?;
-    let cpu = cpu_seconds() - cpu;
+/// What was measured, for the report: the plugins (and the stage that follows the parser) or the
+/// native baseline, and the variant.
+fn described(p: &Pipeline, native: bool, no_fsync: bool, kafka: bool) -> String {
     let stage = match (p.stateful.as_ref().map(|s| &s.keyed), &p.join) {
         (Some(crate::pipeline::Keyed::Process(_)), _) => "process",
         (Some(crate::pipeline::Keyed::Window(_)), _) => "aggregate",
         (_, Some(_)) => "join",
         _ => "transform",
     };
-    let what = match (a.native, a.no_fsync) {
+    let what = match (native, no_fsync) {
         (true, _) => "native parse + aggregate".to_string(),
         (false, true) => "Wasm, checkpoint not synced".to_string(),
         (false, false) => format!("Wasm parse + {stage}"),
     };
-    let what = if a.kafka { format!("{what}, from Kafka") } else { what };
+    if kafka { format!("{what}, from Kafka") } else { what }
+}
+
+/// The measured run's line: throughput, per CPU-second, peak RSS and the rows' digest.
+fn print_throughput(p: &Pipeline, what: &str, s: &Summary, cpu: f64, digest: &Digest) -> Result<()> {
     println!(
         "{} ({what}, parse parallelism {}): {} events in {:.3}s = {:.0} events/s, {:.0} events per CPU-second \
          ({:.2} cores busy), {} windows, {} late; peak RSS {} MB; rows digest {}",
@@ -131,35 +176,38 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
         peak_rss_kb() >> 10,
         digest.hex()?,
     );
+    Ok(())
+}
 
-    if let Some(input) = input.as_ref().filter(|_| !continuous) {
-        let cpu = cpu_seconds();
-        let secs = kafka::bare_read(input)?;
-        let cpu = cpu_seconds() - cpu;
-        let n = input.orders as f64;
-        println!(
-            "bare consumer (the pipeline's consumer settings, no engine), same broker: {} records in {secs:.3}s = \
-             {:.0} records/s, {:.0} per CPU-second",
-            input.orders,
-            n / secs.max(1e-9),
-            n / cpu.max(1e-9),
-        );
-    }
+/// `--kafka`: the same records read by a bare consumer, to set the pipeline's figure against.
+fn print_bare_read(input: &kafka::KafkaInput) -> Result<()> {
+    let cpu = cpu_seconds();
+    let secs = kafka::bare_read(input)?;
+    let cpu = cpu_seconds() - cpu;
+    let n = input.orders as f64;
+    println!(
+        "bare consumer (the pipeline's consumer settings, no engine), same broker: {} records in {secs:.3}s = \
+         {:.0} records/s, {:.0} per CPU-second",
+        input.orders,
+        n / secs.max(1e-9),
+        n / cpu.max(1e-9),
+    );
+    Ok(())
+}
 
-    if a.restart {
-        // The rest of the events arrive; a new engine (compiled components from the cache, as
-        // after a process restart) resumes from the checkpoint the first run left.
-        let mut f = std::fs::OpenOptions::new().append(true).open(&file)?;
-        std::io::copy(&mut std::fs::File::open(&rest)?, &mut f)?;
-        drop(f);
-        let s = run(true, true)?;
-        let first = s.first_batch_s.context("the restarted run had no batch")?;
-        println!(
-            "restart: first batch done {:.1} ms after the restart (engine, checkpoint, state and plugins \
-             opened, one full batch run and committed)",
-            first * 1e3
-        );
-    }
+/// `--restart`: the rest of the events arrive; a new engine (compiled components from the cache,
+/// as after a process restart) resumes from the checkpoint the first run left.
+fn restart(runs: &Runs<'_>, file: &Path, rest: &Path) -> Result<()> {
+    let mut f = std::fs::OpenOptions::new().append(true).open(file)?;
+    std::io::copy(&mut std::fs::File::open(rest)?, &mut f)?;
+    drop(f);
+    let s = runs.run(true, true)?;
+    let first = s.first_batch_s.context("the restarted run had no batch")?;
+    println!(
+        "restart: first batch done {:.1} ms after the restart (engine, checkpoint, state and plugins \
+         opened, one full batch run and committed)",
+        first * 1e3
+    );
     Ok(())
 }
 

@@ -5,7 +5,7 @@
 //! stored accumulator first, through the plugin's own `merge`. Everything else (`merge`,
 //! `finish`, versions) is the plugin's, so the rows are those one process would emit.
 //!
-//! Sessions need a partial's end as well as its start: `sessions.rs` reads it from the row
+//! Sessions need a partial's end as well as its start: `sessions/` reads it from the row
 //! ([`crate::shuffle::split_row`]) when built over partials.
 
 use crate::columns;

@@ -1,6 +1,6 @@
 //! Windowed aggregation: accumulate a batch's events into per-(window, key) accumulators held in
 //! the state store, and emit a row per window when the output mode says it leaves. One operator
-//! per window kind, each a file: `panes.rs` (tumbling and sliding windows) and `sessions.rs`.
+//! per window kind, each a file: `panes.rs` (tumbling and sliding windows) and `sessions/`.
 //! What they share lives here (grouping events by index for `accumulate`, the lateness bound,
 //! migrating accumulators between plugin state versions) and in `emit.rs` (the `merge` and
 //! `finish` calls when windows leave, under the failure policy).

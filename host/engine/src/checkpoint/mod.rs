@@ -60,7 +60,7 @@ pub enum CheckpointError {
         dir.display()
     )]
     Locked { dir: PathBuf, holder: String },
-    /// A group's task was claimed by a newer owner (`host/scale/src/ledger.rs`): this run no longer owns
+    /// A group's task was claimed by a newer owner (`host/scale/src/ledger/`): this run no longer owns
     /// it and must write nothing more.
     #[error("task {task}: fenced: owner epoch {epoch} was superseded by epoch {newer}, which another process claimed")]
     Fenced { task: String, epoch: u64, newer: u64 },
@@ -74,7 +74,7 @@ pub enum CheckpointError {
 }
 
 /// Where a run's checkpoint is recorded beyond its directory, which then is only the working
-/// copy: a group's task (`host/scale/src/ledger.rs`) writes its plans and commits to Kafka, so the
+/// copy: a group's task (`host/scale/src/ledger/`) writes its plans and commits to Kafka, so the
 /// process that is assigned the task next continues from them.
 pub trait Ledger: Send {
     /// Records batch `plan` before it runs. Fails with [`CheckpointError::Fenced`] if another

@@ -25,13 +25,19 @@
 //!   the log) deletes first, so the re-run append finds no stale chunk among its own.
 //! - A table dataset also keeps, in the same write, each key's latest row (`k` + key), deleted
 //!   by a tombstone: the materialized view that `weir query` reads.
+//!
+//! The files: `log/append.rs` writes an append, `log/read.rs` reads records back; this one
+//! opens the log, keeps its ends and its writers, and applies retention.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use rocksdb::{DB, IngestExternalFileOptions, Options, SstFileWriter, WriteBatch, WriteOptions};
+use rocksdb::{DB, Options, WriteBatch, WriteOptions};
+
+mod append;
+mod read;
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -269,178 +275,6 @@ impl Log {
         }
     }
 
-    /// Appends `records` (key, value, timestamp; an empty value is a tombstone) as batch
-    /// `batch` of `writer`, unless that writer already appended it. `bytes`: about how many
-    /// bytes of keys and values they hold (the write is sized for it once, not grown by copies).
-    pub fn append<'r>(
-        &self,
-        writer: &str,
-        batch: u64,
-        bytes: usize,
-        records: impl IntoIterator<Item = (&'r [u8], &'r [u8], i64)>,
-    ) -> Result<Appended, LogError> {
-        // One appender at a time: the end is read and moved under the lock.
-        let mut tail = self.tail();
-        if self.delivered(writer)?.is_some_and(|last| batch <= last) {
-            return Ok(Appended::Again);
-        }
-        self.drop_orphans(tail.end)?;
-        let first = tail.end;
-        let mut end = first;
-        let records = records.into_iter();
-        let heads = records.size_hint().0 * RECORD_HEAD;
-        let ingest = !self.table && bytes + heads >= tail.ingest_bytes;
-        let mut file = if ingest { Some(self.sorted_file()?) } else { None };
-        // Chunks, their RocksDB keys and a table's rows: twice the bytes at most.
-        let mut wb = WriteBatch::with_capacity_bytes(match (self.table, ingest) {
-            (_, true) => 4096,
-            (true, false) => 2 * (bytes + heads) + 4096,
-            (false, false) => bytes + heads + 4096,
-        });
-        // One chunk's buffer for the whole append (the batch copies each chunk in).
-        let mut chunk = std::mem::take(&mut tail.chunk);
-        chunk.clear();
-        chunk.reserve(CHUNK_BYTES.min(bytes + heads) + RECORD_HEAD);
-        let mut chunk_first = end;
-        for (key, row, timestamp) in records {
-            let key_len = u32::try_from(key.len()).map_err(|_| self.corrupt("a key over 4 GiB".into()))?;
-            let row_len = u32::try_from(row.len()).map_err(|_| self.corrupt("a row over 4 GiB".into()))?;
-            if chunk.len() >= CHUNK_BYTES {
-                self.put_chunk(&mut wb, file.as_mut(), chunk_first, &chunk)?;
-                chunk.clear();
-                chunk_first = end;
-            }
-            chunk.extend_from_slice(&timestamp.to_be_bytes());
-            chunk.extend_from_slice(&key_len.to_be_bytes());
-            chunk.extend_from_slice(&row_len.to_be_bytes());
-            chunk.extend_from_slice(key);
-            chunk.extend_from_slice(row);
-            if self.table {
-                let k = prefixed(ROW, key);
-                if row.is_empty() { wb.delete(k) } else { wb.put(k, row) }
-            }
-            end += 1;
-        }
-        if !chunk.is_empty() {
-            self.put_chunk(&mut wb, file.as_mut(), chunk_first, &chunk)?;
-        }
-        // Not kept after a record far larger than a chunk.
-        if chunk.capacity() <= 2 * CHUNK_BYTES {
-            tail.chunk = chunk;
-        }
-        // A file with no chunk cannot be finished (an append of nothing sized as large).
-        if let Some(mut file) = file.filter(|_| end > first) {
-            file.finish().map_err(|e| self.err(e))?;
-            let mut ingest = IngestExternalFileOptions::default();
-            ingest.set_move_files(true);
-            self.db.ingest_external_file_opts(&ingest, vec![self.path.join(INGEST_FILE)]).map_err(|e| self.err(e))?;
-        }
-        wb.put(END, end.to_be_bytes());
-        wb.put(prefixed(MARK, writer.as_bytes()), batch.to_be_bytes());
-        let mut opts = WriteOptions::default();
-        opts.set_sync(true);
-        self.db.write_opt(wb, &opts).map_err(|e| self.err(e))?;
-        tail.end = end;
-        drop(tail);
-        self.grew.notify_all();
-        Ok(Appended::Written { first, end })
-    }
-
-    /// A fresh sorted file for an append's chunks. A file of that name is removed first, not
-    /// truncated by the writer: after an ingest that moved it, the name may still be a hard
-    /// link to one of the log's own files.
-    fn sorted_file(&self) -> Result<SstFileWriter<'_>, LogError> {
-        let path = self.path.join(INGEST_FILE);
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(LogError::Io { path, source: e }),
-        }
-        let file = SstFileWriter::create(&self.opts);
-        file.open(&path).map_err(|e| self.err(e))?;
-        Ok(file)
-    }
-
-    /// One chunk into the append's sorted file, or its write batch.
-    fn put_chunk(
-        &self,
-        wb: &mut WriteBatch,
-        file: Option<&mut SstFileWriter<'_>>,
-        first: u64,
-        chunk: &[u8],
-    ) -> Result<(), LogError> {
-        match file {
-            Some(f) => f.put(record_key(first), chunk).map_err(|e| self.err(e)),
-            None => {
-                wb.put(record_key(first), chunk);
-                Ok(())
-            }
-        }
-    }
-
-    /// Records from `from` up to (not including) `until`, at most `max` of them, in offset order,
-    /// copied out (the tests' view; the engine reads with [`Log::read_with`]).
-    #[cfg(test)]
-    pub fn read(&self, from: u64, until: u64, max: usize) -> Result<Vec<LogRecord>, LogError> {
-        let mut out = Vec::new();
-        self.read_with(from, until, max, |offset, timestamp, key, value| {
-            out.push(LogRecord { offset, timestamp, key: key.to_vec(), value: value.to_vec() })
-        })?;
-        Ok(out)
-    }
-
-    /// The records from `from` up to (not including) `until`, at most `max` of them, in offset
-    /// order, each (offset, timestamp, key, value) handed to `f` as it is decoded, without
-    /// copying it; returns how many there were.
-    pub fn read_with(
-        &self,
-        from: u64,
-        until: u64,
-        max: usize,
-        mut f: impl FnMut(u64, i64, &[u8], &[u8]),
-    ) -> Result<usize, LogError> {
-        let start = self.start();
-        if from < start {
-            return Err(LogError::Trimmed { path: self.path.clone(), from, start });
-        }
-        let until = until.min(self.end());
-        let want = (until.saturating_sub(from) as usize).min(max);
-        if want == 0 {
-            return Ok(0);
-        }
-        // One raw iterator, from the chunk that holds `from` (the last one starting at or before
-        // it) forward: each chunk is decoded where RocksDB holds it, never copied out (a chunk
-        // is 64 KiB, and a read of a few thousand records may start mid-chunk).
-        let mut it = self.db.raw_iterator();
-        it.seek_for_prev(record_key(from));
-        if !it.valid() || it.key().and_then(record_offset).is_none() {
-            it.seek(record_key(from));
-        }
-        let mut n = 0;
-        let mut next = from;
-        while let (Some(k), Some(v)) = (it.key(), it.value()) {
-            let Some(chunk_first) = record_offset(k) else { break };
-            if chunk_first > next {
-                return Err(self.corrupt(format!("records {next}..{chunk_first} are missing")));
-            }
-            for (offset, r) in (chunk_first..).zip(ChunkIter::new(v)) {
-                let (timestamp, key, value) =
-                    r.ok_or_else(|| self.corrupt(format!("the chunk at {chunk_first} is malformed")))?;
-                if offset >= next {
-                    f(offset, timestamp, key, value);
-                    n += 1;
-                    next = offset + 1;
-                    if n == want {
-                        return Ok(n);
-                    }
-                }
-            }
-            it.next();
-        }
-        it.status().map_err(|e| self.err(e))?;
-        Err(self.corrupt(format!("records {next}..{} are missing", from + want as u64)))
-    }
-
     /// The first offset of the chunk holding `offset`.
     fn chunk_at(&self, offset: u64) -> Result<u64, LogError> {
         let mut it = self.db.raw_iterator();
@@ -539,43 +373,6 @@ impl Log {
             out.push((key.to_vec(), v.to_vec()));
         }
         Ok(out)
-    }
-}
-
-/// A run of consecutive records stored as one value under its first offset: each record its
-/// head (timestamp, key length, value length, big-endian) then its key and value.
-/// A chunk's records in order; `None` for bytes that are not a whole record.
-struct ChunkIter<'a> {
-    rest: &'a [u8],
-}
-
-impl<'a> ChunkIter<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Self { rest: bytes }
-    }
-}
-
-impl<'a> Iterator for ChunkIter<'a> {
-    type Item = Option<(i64, &'a [u8], &'a [u8])>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        if self.rest.is_empty() {
-            return None;
-        }
-        let record = (|| {
-            let head = self.rest.get(..RECORD_HEAD)?;
-            let timestamp = i64::from_be_bytes(head[..8].try_into().ok()?);
-            let key_len = u32::from_be_bytes(head[8..12].try_into().ok()?) as usize;
-            let value_len = u32::from_be_bytes(head[12..16].try_into().ok()?) as usize;
-            let body = self.rest.get(RECORD_HEAD..RECORD_HEAD.checked_add(key_len)?.checked_add(value_len)?)?;
-            let (key, value) = body.split_at(key_len);
-            self.rest = &self.rest[RECORD_HEAD + key_len + value_len..];
-            Some((timestamp, key, value))
-        })();
-        if record.is_none() {
-            self.rest = &[];
-        }
-        Some(record)
     }
 }
 

@@ -2,25 +2,24 @@
 //! transforms and the operator, deliver its rows, commit. The next batch is read and parsed on a
 //! thread of its own meanwhile (`ingest/`); its plan is still written only when the loop takes
 //! it, with that moment's idleness decision, so a re-run after a crash is the same batch.
+//!
+//! The files: `batch/process.rs` takes a batch from its parsed events to its rows; this one
+//! plans, runs, delivers and commits batches.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Run, RunError, ms};
 use crate::checkpoint::{CheckpointError, Committed, Planned, StateMeta, now_ms};
-use crate::columns;
-use crate::expect::OnViolation;
 use crate::ingest::{Ahead, Ask, Ingest, Ingested, Parsed};
-use crate::isolate::{isolate, joined, slice_events};
 use crate::pipeline::{Pipeline, Trigger};
-use crate::plugin::{BatchOutput, EventBatch, PluginError, TransformFns};
-use crate::progress::{BatchProgress, Durations, Progress, SourceProgress};
+use crate::progress::{BatchProgress, Progress, SourceProgress};
 use crate::retry::sleep_unless;
-use crate::side_output::Failure;
 use crate::sink::{Delivery, Rows, SinkError};
 use crate::source::{Limit, Offsets, SourceBatch};
-use crate::watermark::{self, PartitionId};
+
+mod process;
 
 /// Records in batch `batch_id`: batches start at [`FIRST_BATCH`] records and double up to `max`.
 ///
@@ -79,28 +78,13 @@ impl Run {
         let mut asked: VecDeque<Option<Planned>> = VecDeque::new();
         let mut ended = false;
         while !stop.load(Ordering::Relaxed) {
-            if let Trigger::ProcessingTime { interval } = pipeline.trigger {
-                let now = Instant::now();
-                if next_start > now {
-                    sleep_unless(&stop, next_start - now);
-                }
-                next_start = Instant::now() + interval;
-            }
-            while ahead.outstanding() < depth {
-                let plan = reruns.pop_front();
-                ahead.ask(match &plan {
-                    Some(p) => Ask::Again(p.clone()),
-                    // Sized by the batches before it (asks that find nothing make no batch).
-                    None => Ask::Read(limit(*batch_id + asked.len() as u64)),
-                });
-                asked.push_back(plan);
-            }
+            pace(pipeline.trigger, &mut next_start, &stop);
+            ask_ahead(&mut ahead, depth, &mut reruns, &mut asked, *batch_id, limit);
             let t0 = Instant::now();
             let rerun = asked.pop_front().flatten();
             let mut ingested = ahead.take()?;
-            let mut plan_time = Duration::ZERO;
-            let plan = match rerun {
-                Some(plan) => plan,
+            let (plan, plan_time) = match rerun {
+                Some(plan) => (plan, Duration::ZERO),
                 None => {
                     let flush = match &ingested.batch {
                         Some(b) if b.is_empty() => continue,
@@ -116,38 +100,14 @@ impl Run {
                             true
                         }
                     };
-                    let idle = self.time.as_ref().map(|w| w.idle(Instant::now())).unwrap_or_default();
-                    let side = self.operator.plan_side()?;
-                    let plan = Planned {
-                        batch_id: *batch_id,
-                        start: ingested.start.clone(),
-                        end: ingested.end.clone(),
-                        idle,
-                        flush,
-                        planned_at_ms: now_ms(),
-                        side,
-                    };
-                    let t = Instant::now();
-                    self.checkpoint.plan(&plan, &mut self.syncs)?;
-                    if let Some(ledger) = self.ledger.as_mut() {
-                        ledger.plan(&plan)?;
-                    }
-                    plan_time = t.elapsed();
-                    plan
+                    self.plan_batch(*batch_id, &ingested, flush)?
                 }
             };
             let waited = t0.elapsed() - plan_time;
             let Ingested { batch, parsed, read_ms, parse_ms, latest, .. } = ingested;
             let batch = batch.unwrap_or_default();
             let mut report = self.run_batch(*batch_id, &batch, parsed, &plan)?;
-            report.sources = vec![SourceProgress {
-                description: description.clone(),
-                lag: latest.as_ref().map(|l| plan.end.lag(l)).unwrap_or_default(),
-                start_offset: plan.start.clone(),
-                end_offset: plan.end.clone(),
-                latest_offset: latest,
-                num_input_rows: report.input_rows,
-            }];
+            report.sources = vec![source_progress(&description, &plan, latest, report.input_rows)];
             ahead.committed(&plan.end);
             ahead.recycle(batch);
             report.durations.read_ms = read_ms;
@@ -166,6 +126,29 @@ impl Run {
         self.syncs.wait()?;
         ahead.finish();
         Ok(ended)
+    }
+
+    /// Plans batch `batch_id` over the range read into `ingested`, with this moment's idleness
+    /// and side-input ends, and writes the plan (the offsets log, and a group's ledger) before
+    /// the batch runs. Returns it, and how long writing it took.
+    fn plan_batch(&mut self, batch_id: u64, ingested: &Ingested, flush: bool) -> Result<(Planned, Duration), RunError> {
+        let idle = self.time.as_ref().map(|w| w.idle(Instant::now())).unwrap_or_default();
+        let side = self.operator.plan_side()?;
+        let plan = Planned {
+            batch_id,
+            start: ingested.start.clone(),
+            end: ingested.end.clone(),
+            idle,
+            flush,
+            planned_at_ms: now_ms(),
+            side,
+        };
+        let t = Instant::now();
+        self.checkpoint.plan(&plan, &mut self.syncs)?;
+        if let Some(ledger) = self.ledger.as_mut() {
+            ledger.plan(&plan)?;
+        }
+        Ok((plan, t.elapsed()))
     }
 
     /// A planned batch, from its parsed events to its commit.
@@ -267,245 +250,54 @@ impl Run {
         };
         Ok((bytes, committed))
     }
+}
 
-    /// Everything between parsing and delivering: dead letters, transforms, the operator.
-    pub(super) fn process(
-        &mut self,
-        batch_id: u64,
-        batch: &SourceBatch,
-        parsed: Parsed,
-        flush: bool,
-        idle: &[PartitionId],
-    ) -> Result<(Rows, BatchProgress), RunError> {
-        let mut report = BatchProgress { batch_id, input_rows: batch.len() + batch.bad.len(), ..Default::default() };
-        let mut d = Durations::default();
-
-        report.dead_letters += self.dead.undecodable(batch_id, batch)?;
-        let Parsed { out, failed } = parsed;
-        report.dead_letters +=
-            self.dead.write(batch_id, "parse", batch, out.errors.iter().map(Failure::record), None)?;
-        let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
-        report.dead_letters += self.dead.write(batch_id, "parse", batch, failed, None)?;
-        let mut events = out.events;
-
-        let t = Instant::now();
-        for i in 0..self.transforms.len() {
-            if events.times.is_empty() {
-                break;
-            }
-            let (input, transform) = (&events, &mut self.transforms[i]);
-            let (out, failed) = isolate(input.times.len(), &self.failure, &self.stop, |r| {
-                if r.len() == input.times.len() {
-                    transform_chunks(transform.as_mut(), input)
-                } else {
-                    transform.transform(&slice_events(input, r))
-                }
-            })?;
-            let stage = format!("transform[{i}]");
-            let origins = Some(events.origins.as_slice());
-            report.dead_letters +=
-                self.dead.write(batch_id, &stage, batch, out.errors.iter().map(Failure::record), origins)?;
-            let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
-            report.dead_letters += self.dead.write(batch_id, &stage, batch, failed, origins)?;
-            // Keep origins pointing at source records, whatever the number of transforms.
-            let mut next = out.events;
-            for o in next.origins.iter_mut() {
-                *o = events.origins[*o as usize];
-            }
-            events = next;
+/// A processing-time trigger's pace: sleeps until the batch is due (unless a stop is asked for),
+/// and makes the next one due an interval later.
+fn pace(trigger: Trigger, next_start: &mut Instant, stop: &AtomicBool) {
+    if let Trigger::ProcessingTime { interval } = trigger {
+        let now = Instant::now();
+        if *next_start > now {
+            sleep_unless(stop, *next_start - now);
         }
-        self.expectations(batch_id, batch, &mut events, &mut report)?;
-        d.transform_ms = ms(t);
-        report.events = events.times.len();
-        report.event_times = crate::progress::EventTimes::of(&events.times);
-
-        // The operator, under the failure policy like parse and transform: a failed call leaves
-        // no trace (its staged state, its own notes and its rows are rolled back), so the parts
-        // that went through add up to the batch without the events that failed alone.
-        let t = Instant::now();
-        let in_force = self.in_force();
-        let mut rows = std::mem::take(&mut self.spare_rows);
-        rows.clear();
-        let (op, state) = (&mut self.operator, &mut self.state);
-        let (set_aside, failed) = isolate(events.times.len(), &self.failure, &self.stop, |r| {
-            let mark = (state.savepoint(), op.mark(), rows.mark());
-            let result = if r.len() == events.times.len() {
-                op.process(&events, in_force, state, &mut rows)
-            } else {
-                op.process(&slice_events(&events, r), in_force, state, &mut rows)
-            };
-            if result.is_err() {
-                state.rollback(mark.0);
-                op.rollback(mark.1);
-                rows.truncate(mark.2);
-            }
-            result
-        })?;
-        // What went through stays; the journal that could have undone it goes.
-        state.release();
-        report.late_events = set_aside.late.len();
-        report.duplicates = set_aside.duplicates;
-        report.unmatched = set_aside.unmatched;
-        if let Some(side) = self.late.as_mut() {
-            side.write(batch_id, batch, &events, &set_aside.late, in_force)?;
-        }
-        d.aggregate_ms = ms(t);
-
-        // The watermark moves once per batch, at its end; the operator emits what that makes
-        // final. A flush advances it to the operator's horizon instead, and remembers it.
-        let t = Instant::now();
-        if let Some(w) = self.time.as_mut() {
-            let now = Instant::now();
-            let mut maxes: std::collections::BTreeMap<PartitionId, i64> = std::collections::BTreeMap::new();
-            for pos in &batch.positions {
-                maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
-            }
-            // What the source read of event time beside its records (a group's shuffle).
-            for &(part, time) in &batch.lanes {
-                let m = maxes.entry(part).or_insert(watermark::NONE);
-                *m = (*m).max(time);
-            }
-            // An event the operator could not place (its windows would fall outside the
-            // timeline) moves no watermark: one far-future record must not make the rest late.
-            let invalid: std::collections::HashSet<u32> = set_aside.invalid.iter().map(|(i, _)| *i).collect();
-            for (i, &time) in events.times.iter().enumerate() {
-                if invalid.contains(&(i as u32)) {
-                    continue;
-                }
-                let pos = batch.positions[events.origins[i] as usize];
-                let m = maxes.entry((pos.stream, pos.partition)).or_insert(watermark::NONE);
-                *m = (*m).max(time);
-            }
-            for (part, max) in maxes {
-                w.observe(part, max, now);
-            }
-            report.watermark = Some(w.advance(idle));
-        }
-        if flush && let Some(horizon) = self.operator.horizon(&self.state)? {
-            self.flushed_to = Some(self.flushed_to.map_or(horizon, |f| f.max(horizon)));
-        }
-        let to = self.in_force();
-        let advanced = self.operator.advance(in_force, to, &mut self.state, &mut rows)?;
-        report.windows_emitted = advanced.emitted;
-        report.dead_letters += self.dead.windows(batch_id, self.operator.stage(), &advanced.failed)?;
-        report.flushed_to = self.flushed_to;
-        d.emit_ms = ms(t);
-
-        let stage = self.operator.stage().to_string();
-        let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
-        let invalid = set_aside.invalid.iter().map(|(i, why)| Failure::invalid(*i as usize, why.clone()));
-        report.dead_letters +=
-            self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
-        report.rows_out = rows.len();
-        report.state_keys = self.state.estimated_keys();
-        report.state_bytes = self.state.estimated_bytes();
-        report.durations = d;
-        Ok((rows, report))
+        *next_start = Instant::now() + interval;
     }
 }
 
-impl Run {
-    /// Checks each expectation in turn on the events that reach it: counts its violations,
-    /// and drops them to the dead letters (`drop`), keeps them (`warn`) or stops the flow at
-    /// the first (`fail`). A pure function of the events, so a re-run batch counts and drops the
-    /// same rows.
-    fn expectations(
-        &mut self,
-        batch_id: u64,
-        batch: &SourceBatch,
-        events: &mut EventBatch,
-        report: &mut BatchProgress,
-    ) -> Result<(), RunError> {
-        for e in &mut self.expect {
-            if events.times.is_empty() {
-                break;
-            }
-            let bad = e.violations(events)?;
-            *report.expectations.entry(e.name.clone()).or_default() += bad.len() as u64;
-            *self.violations.entry(e.name.clone()).or_default() += bad.len() as u64;
-            match (e.on, bad.first()) {
-                (_, None) | (OnViolation::Warn, _) => {}
-                (OnViolation::Fail, Some(&i)) => {
-                    let row = columns::items(&events.rows, &events.row_ends).nth(i as usize).unwrap_or_default();
-                    let p = batch.positions[events.origins[i as usize] as usize];
-                    let position = match p.line {
-                        0 => format!("partition {} offset {}", p.partition, p.offset),
-                        line => format!("line {line}"),
-                    };
-                    return Err(RunError::Expectation {
-                        name: e.name.clone(),
-                        rule: e.shown.clone(),
-                        position,
-                        row: String::from_utf8_lossy(&row[..row.len().min(500)]).into_owned(),
-                    });
-                }
-                (OnViolation::Drop, Some(_)) => {
-                    let message = format!("violates expectation {} ({})", e.name, e.shown);
-                    let failures = bad.iter().map(|&i| Failure {
-                        index: i as usize,
-                        kind: "expectation",
-                        message: message.clone(),
-                    });
-                    let stage = format!("expect.{}", e.name);
-                    report.dead_letters +=
-                        self.dead.write(batch_id, &stage, batch, failures, Some(events.origins.as_slice()))?;
-                    *events = without(events, &bad);
-                }
-            }
-        }
-        Ok(())
+/// Asks `ahead` for batches until `depth` are outstanding: the re-runs' plans first, then new
+/// batches, `next_batch` being the id of the batch that runs next. `asked` records what each
+/// ask is for, in order.
+fn ask_ahead(
+    ahead: &mut Ahead,
+    depth: u64,
+    reruns: &mut VecDeque<Planned>,
+    asked: &mut VecDeque<Option<Planned>>,
+    next_batch: u64,
+    limit: impl Fn(u64) -> Limit,
+) {
+    while ahead.outstanding() < depth {
+        let plan = reruns.pop_front();
+        ahead.ask(match &plan {
+            Some(p) => Ask::Again(p.clone()),
+            // Sized by the batches before it (asks that find nothing make no batch).
+            None => Ask::Read(limit(next_batch + asked.len() as u64)),
+        });
+        asked.push_back(plan);
     }
 }
 
-/// `events` without the events at `drop` (ascending indices).
-fn without(events: &EventBatch, drop: &[u32]) -> EventBatch {
-    let mut out = EventBatch::default();
-    let mut next = drop.iter().peekable();
-    let rows = columns::items(&events.rows, &events.row_ends);
-    let keys = columns::items(&events.keys, &events.key_ends);
-    for (i, (row, key)) in rows.zip(keys).enumerate() {
-        if next.peek() == Some(&&(i as u32)) {
-            next.next();
-            continue;
-        }
-        out.times.push(events.times[i]);
-        out.origins.push(events.origins[i]);
-        // The columns only shrink: what fit before fits now.
-        let pushed = columns::push(&mut out.rows, &mut out.row_ends, row)
-            .and_then(|()| columns::push(&mut out.keys, &mut out.key_ends, key));
-        debug_assert!(pushed.is_ok());
+/// The source's part of a batch's progress: the plan's range, and how far its end is behind
+/// the latest offsets the source knew of.
+fn source_progress(description: &str, plan: &Planned, latest: Option<Offsets>, input_rows: usize) -> SourceProgress {
+    SourceProgress {
+        description: description.to_owned(),
+        lag: latest.as_ref().map(|l| plan.end.lag(l)).unwrap_or_default(),
+        start_offset: plan.start.clone(),
+        end_offset: plan.end.clone(),
+        latest_offset: latest,
+        num_input_rows: input_rows,
     }
-    out
-}
-
-/// Transforms `events` in calls that stay below half the plugin's output cap, joined in order.
-fn transform_chunks(t: &mut dyn TransformFns, events: &EventBatch) -> Result<BatchOutput, PluginError> {
-    let ranges = columns::chunks_by_bytes(&events.row_ends, t.max_call_bytes() / 2);
-    joined(ranges, |r| match r {
-        None => t.transform(events),
-        Some(r) => t.transform(&slice_events(events, r)),
-    })
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn batches_start_small_and_double_up_to_the_maximum() {
-        let sizes: Vec<usize> = (0..10).map(|b| batch_size(b, 5_000)).collect();
-        assert_eq!(sizes, vec![64, 128, 256, 512, 1024, 2048, 4096, 5000, 5000, 5000]);
-        assert_eq!(batch_size(u64::MAX, 10), 10);
-        assert_eq!(batch_size(0, 10), 10);
-    }
-
-    #[test]
-    fn batches_back_to_back_are_read_ahead_and_a_timed_trigger_reads_when_it_fires() {
-        let timed = Trigger::ProcessingTime { interval: Duration::from_secs(1) };
-        let back_to_back = Trigger::ProcessingTime { interval: Duration::ZERO };
-        assert_eq!(read_ahead(timed, 2), 1);
-        assert_eq!(read_ahead(back_to_back, 2), 3);
-        assert_eq!(read_ahead(Trigger::AvailableNow, 2), 3);
-        assert_eq!(read_ahead(Trigger::Once, 4), 5);
-    }
-}
+mod tests;

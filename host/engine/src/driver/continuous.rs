@@ -23,9 +23,8 @@ use std::time::{Duration, Instant};
 use super::{Run, RunError, ms};
 use crate::checkpoint::CheckpointError;
 use crate::ingest::Ingest;
-use crate::kafka::KafkaError;
 use crate::progress::{BatchProgress, Progress};
-use crate::source::{Limit, Offsets, Source, SourceBatch, SourceError};
+use crate::source::{Offsets, SourceBatch};
 
 /// How far past the committed next batch id a continuous run starts its delivery ids (see the
 /// module's opening): far more than the batches of any commit interval, so the early commit
@@ -103,18 +102,12 @@ impl Run {
             let stopping = stop.load(Ordering::Relaxed);
             if !stopping && !ended {
                 let t0 = Instant::now();
-                let batch = match &mut ingest.source {
-                    Source::Kafka(k) => match k.poll_available(max, POLL_WAIT) {
-                        Ok(b) => b,
-                        // Asked to stop while waiting: commit what went through, below.
-                        Err(KafkaError::Stopped) => SourceBatch::default(),
-                        Err(e) => return Err(SourceError::from(e).into()),
-                    },
-                    other => other.next_batch(Limit { records: max, bounded: true })?.unwrap_or_else(|| {
-                        ended = true;
-                        SourceBatch::default()
-                    }),
-                };
+                // A stop request while the source waits gives an empty batch: what went through
+                // is committed below.
+                let batch = ingest.source.poll(max, POLL_WAIT)?.unwrap_or_else(|| {
+                    ended = true;
+                    SourceBatch::default()
+                });
                 if !batch.is_empty() {
                     let parsed = ingest.parse(&batch)?;
                     let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;

@@ -130,7 +130,7 @@ pub struct RunOptions {
     /// (the project enters the runtime once for them all).
     pub own_share: bool,
     /// Where plans and commits are recorded beyond the checkpoint directory: a group's task
-    /// (`host/scale/src/ledger.rs`); `None` for a run the directory alone records.
+    /// (`host/scale/src/ledger/`); `None` for a run the directory alone records.
     pub ledger: Option<Box<dyn Ledger>>,
 }
 

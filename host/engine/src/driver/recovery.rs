@@ -21,7 +21,6 @@ use crate::operator::Operator;
 use crate::pipeline::{LatePolicy, Pipeline};
 use crate::plugin::Own;
 use crate::side_output::{DeadLetters, LateEvents, SideOutput};
-use crate::source::Source;
 use crate::state::StateStore;
 use crate::watermark::Watermark;
 
@@ -67,7 +66,7 @@ pub(super) fn start(
         open_operator(operator.as_mut(), &mut state, &recovered, &checkpoint, &pipeline.name, in_group)?;
     let restored = recovered.meta.as_ref();
 
-    let source = Source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
+    let source = crate::source::open(&pipeline.source, restored.map(|m| &m.source), opts.stop.clone())?;
     let streams = source.stream_names();
     let dead = SideOutput::open(&dead_path, restored.map_or(0, |m| m.dead_letters_len))?;
     let late = match &late_path {

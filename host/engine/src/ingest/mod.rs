@@ -32,7 +32,7 @@ pub enum IngestError {
 
 /// The source and the parser instances.
 pub struct Ingest {
-    pub source: Source,
+    pub source: Box<dyn Source>,
     /// One per `parse.parallelism`.
     pub parsers: Vec<Box<dyn ParseFns>>,
     pub failure: FailurePolicy,

@@ -67,7 +67,7 @@ pub enum OperatorError {
 pub enum Scope {
     /// Tumbling and sliding panes, by pane and key (`aggregate/panes.rs`).
     Panes = b'p',
-    /// Sessions, by key and start (`aggregate/sessions.rs`).
+    /// Sessions, by key and start (`aggregate/sessions/`).
     Sessions = b's',
     /// Sessions by end, in state format 1 only (format 2 keeps this index in memory): what
     /// `open` converts.

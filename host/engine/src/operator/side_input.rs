@@ -20,7 +20,7 @@ pub struct SideInput {
     /// Read a file's last line without its newline (bounded input).
     to_the_end: bool,
     stop: Arc<AtomicBool>,
-    source: Option<Source>,
+    source: Option<Box<dyn Source>>,
     /// What [`SideInput::plan`] read, with where it ends, for the batch being planned.
     pending: Option<(SourceBatch, Offsets)>,
 }
@@ -57,11 +57,11 @@ impl SideInput {
 
     /// Opens the source at `at`, the position the operator's state holds (`None`: its start).
     pub fn open(&mut self, at: Option<&Offsets>) -> Result<(), OperatorError> {
-        self.source = Some(Source::open(&self.cfg, at, self.stop.clone())?);
+        self.source = Some(crate::source::open(&self.cfg, at, self.stop.clone())?);
         Ok(())
     }
 
-    fn source(&mut self) -> Result<&mut Source, OperatorError> {
+    fn source(&mut self) -> Result<&mut Box<dyn Source>, OperatorError> {
         self.source.as_mut().ok_or_else(|| OperatorError::Corrupt {
             key: "side input".into(),
             message: "read before the operator was opened".into(),

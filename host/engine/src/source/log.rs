@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Limit, MAX_BATCH_BYTES, Position, SourceBatch};
+use super::{Limit, MAX_BATCH_BYTES, Offsets, Position, Source, SourceBatch, SourceError};
 use crate::dataset::log::{Log, LogError};
 use crate::pipeline::DatasetRef;
 
@@ -26,7 +26,7 @@ pub struct LogSource {
     end_at_open: u64,
     /// Read until the dataset's writers are done (a bounded project).
     until_closed: bool,
-    pub(super) spare: Option<SourceBatch>,
+    spare: Option<SourceBatch>,
 }
 
 impl LogSource {
@@ -36,20 +36,7 @@ impl LogSource {
         Ok(Self { log, name: d.name.clone(), next: at, end_at_open, until_closed: d.bounded, spare: None })
     }
 
-    pub fn position(&self) -> u64 {
-        self.next
-    }
-
-    /// The log's end now.
-    pub fn end(&self) -> u64 {
-        self.log.end()
-    }
-
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, LogError> {
+    fn next_records(&mut self, limit: Limit) -> Result<Option<SourceBatch>, LogError> {
         let end = if self.until_closed {
             match self.log.wait_past(self.next, WAIT) {
                 (end, true) if end <= self.next => return Ok(None),
@@ -64,16 +51,6 @@ impl LogSource {
             self.log.wait_past(self.next, WAIT).0
         };
         self.read(end, limit.records).map(Some)
-    }
-
-    /// Everything there is now, without waiting.
-    pub fn read_available(&mut self) -> Result<SourceBatch, LogError> {
-        self.read(self.log.end(), usize::MAX)
-    }
-
-    /// Exactly up to `end`, a batch's recorded end.
-    pub fn read_until(&mut self, end: u64) -> Result<SourceBatch, LogError> {
-        self.read(end, usize::MAX)
     }
 
     fn read(&mut self, end: u64, max: usize) -> Result<SourceBatch, LogError> {
@@ -95,5 +72,45 @@ impl LogSource {
             }
         }
         Ok(batch)
+    }
+}
+
+impl Source for LogSource {
+    fn offsets(&self) -> Offsets {
+        Offsets::Log { next: self.next }
+    }
+
+    fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
+        Ok(self.next_records(limit)?)
+    }
+
+    /// Exactly up to `end`, a batch's recorded end.
+    fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
+        match end {
+            Offsets::Log { next } => Ok(self.read(*next, usize::MAX)?),
+            found => Err(found.mismatch("dataset")),
+        }
+    }
+
+    fn description(&self) -> String {
+        format!("dataset {}", self.name)
+    }
+
+    fn stream_names(&self) -> Vec<String> {
+        vec![self.name.clone()]
+    }
+
+    /// Everything there is now, without waiting.
+    fn read_available(&mut self, _to_the_end: bool) -> Result<SourceBatch, SourceError> {
+        Ok(self.read(self.log.end(), usize::MAX)?)
+    }
+
+    fn recycle(&mut self, batch: SourceBatch) {
+        self.spare = Some(batch);
+    }
+
+    /// The log's end now.
+    fn latest(&self) -> Option<Offsets> {
+        Some(Offsets::Log { next: self.log.end() })
     }
 }

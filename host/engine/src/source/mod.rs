@@ -218,6 +218,11 @@ impl Offsets {
         }
     }
 
+    /// The error for being asked to read up to offsets of another kind of source.
+    fn mismatch(&self, expected: &'static str) -> SourceError {
+        SourceError::WrongOffsets { expected, found: self.kind() }
+    }
+
     fn kind(&self) -> &'static str {
         match self {
             Offsets::Replay(_) => "replay",
@@ -238,159 +243,92 @@ pub struct Limit {
     pub bounded: bool,
 }
 
-pub enum Source {
-    Replay(Box<replay::ReplaySource>),
-    Kafka(Box<kafka::KafkaSource>),
-    Log(Box<log::LogSource>),
-    Repartition(Box<repartition::RepartitionSource>),
-}
-
-impl Source {
-    /// Opens the source at `at` (a checkpoint's offsets) or at its configured start.
-    pub fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Self, SourceError> {
-        match (&cfg.kind, at) {
-            (SourceKind::Replay { path, format }, None) => {
-                Ok(Source::Replay(Box::new(replay::ReplaySource::open(path, *format, ReplayPosition::default())?)))
-            }
-            (SourceKind::Replay { path, format }, Some(Offsets::Replay(p))) => {
-                Ok(Source::Replay(Box::new(replay::ReplaySource::open(path, *format, *p)?)))
-            }
-            (SourceKind::Kafka(k), None) => Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, &[], stop)?))),
-            (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
-                Ok(Source::Kafka(Box::new(kafka::KafkaSource::open(k, partitions, stop)?)))
-            }
-            (SourceKind::Repartition(r), None) => {
-                Ok(Source::Repartition(Box::new(repartition::RepartitionSource::open(r, None, stop)?)))
-            }
-            (SourceKind::Repartition(r), Some(Offsets::Repartition { partitions, lanes })) => Ok(Source::Repartition(
-                Box::new(repartition::RepartitionSource::open(r, Some((partitions, lanes)), stop)?),
-            )),
-            (SourceKind::Dataset(d), at) => {
-                let (Some(dir), next) = (&d.log, at) else { return Err(SourceError::NoProject(d.name.clone())) };
-                let next = match next {
-                    None => 0,
-                    Some(Offsets::Log { next }) => *next,
-                    Some(found) => return Err(SourceError::WrongOffsets { expected: "dataset", found: found.kind() }),
-                };
-                Ok(Source::Log(Box::new(log::LogSource::open(d, dir, next)?)))
-            }
-            (kind, Some(found)) => Err(SourceError::WrongOffsets { expected: kind.name(), found: found.kind() }),
-        }
-    }
-
+/// A place records come from. Each source is a file beside this one that implements this trait,
+/// and [`open`] is the one place that turns a pipeline's `[source]` into one: adding a source is
+/// a new file and one arm there, never an edit to the driver. Only the methods whose answer
+/// differs between sources lack a default.
+pub trait Source: Send {
     /// Where the source stands: the end of what it has read.
-    pub fn offsets(&self) -> Offsets {
-        match self {
-            Source::Replay(s) => Offsets::Replay(s.position()),
-            Source::Kafka(s) => Offsets::Kafka { partitions: s.offsets() },
-            Source::Log(s) => Offsets::Log { next: s.position() },
-            Source::Repartition(s) => {
-                let (partitions, lanes) = s.offsets();
-                Offsets::Repartition { partitions, lanes }
-            }
-        }
-    }
+    fn offsets(&self) -> Offsets;
 
     /// The next batch; `None` at the end of a bounded input. An unbounded source that has
     /// nothing new returns an empty batch after a short wait.
-    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
-        match self {
-            Source::Replay(s) => {
-                let b = s.next_batch(limit.records, limit.bounded)?;
-                Ok((!b.is_empty()).then_some(b))
-            }
-            Source::Kafka(s) => Ok(s.next_batch(limit)?),
-            Source::Log(s) => Ok(s.next_batch(limit)?),
-            Source::Repartition(s) => s.next_batch(limit),
-        }
-    }
+    fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError>;
 
-    /// Everything there is to read now, without waiting for more: how a side input (a join's
-    /// table) is read when a batch is planned. A file's last line without its newline is read
-    /// only when `to_the_end` (bounded input), as [`Source::next_batch`] does.
-    pub fn read_available(&mut self, to_the_end: bool) -> Result<SourceBatch, SourceError> {
-        match self {
-            Source::Replay(s) => Ok(s.next_batch(usize::MAX, to_the_end)?),
-            Source::Kafka(s) => Ok(s.read_available()?),
-            Source::Log(s) => Ok(s.read_available()?),
-            // Never a side input.
-            Source::Repartition(_) => Ok(SourceBatch::default()),
-        }
-    }
-
-    /// Reads exactly up to `end`, a batch's recorded end: the re-run of a planned batch.
-    pub fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
-        match (self, end) {
-            (Source::Replay(s), Offsets::Replay(p)) => Ok(s.read_until(*p)?),
-            (Source::Kafka(s), Offsets::Kafka { partitions }) => Ok(s.read_until(partitions)?),
-            (Source::Log(s), Offsets::Log { next }) => Ok(s.read_until(*next)?),
-            (Source::Repartition(s), Offsets::Repartition { partitions, lanes }) => s.read_until(partitions, lanes),
-            (s, found) => {
-                let expected = s.offsets().kind();
-                Err(SourceError::WrongOffsets { expected, found: found.kind() })
-            }
-        }
-    }
-
-    /// Takes back a batch the pipeline is done with, to read the next one into its columns.
-    pub fn recycle(&mut self, batch: SourceBatch) {
-        match self {
-            Source::Replay(s) => s.spare = Some(batch),
-            Source::Kafka(s) => s.spare = Some(batch),
-            Source::Log(s) => s.spare = Some(batch),
-            // Its batches are built from the Kafka source's, whose columns it gives back.
-            Source::Repartition(_) => {}
-        }
-    }
-
-    /// Tells the outside world how far the pipeline has committed (Kafka: the consumer group's
-    /// offsets, for lag monitoring). Never read back: the checkpoint is the source of truth.
-    pub fn committed(&mut self, at: &Offsets) {
-        match (self, at) {
-            (Source::Kafka(s), Offsets::Kafka { partitions }) => s.commit_group_offsets(partitions),
-            (Source::Repartition(s), Offsets::Repartition { partitions, .. }) => s.commit_group_offsets(partitions),
-            _ => {}
-        }
-    }
-
-    /// The latest position the source knows of, for progress: Kafka's high watermarks as last
-    /// seen, a dataset's end; `None` for a file (read to its end, as Spark's file source).
-    pub fn latest(&self) -> Option<Offsets> {
-        match self {
-            Source::Replay(_) => None,
-            Source::Kafka(s) => Some(Offsets::Kafka { partitions: s.latest() }),
-            Source::Log(s) => Some(Offsets::Log { next: s.end() }),
-            Source::Repartition(s) => Some(Offsets::Kafka { partitions: s.latest() }),
-        }
-    }
+    /// Reads exactly up to `end`, a batch's recorded end: the re-run of a planned batch. Offsets
+    /// of another kind of source are [`SourceError::WrongOffsets`].
+    fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError>;
 
     /// What the source reads, for progress (Spark's `description`).
-    pub fn description(&self) -> String {
-        match self {
-            Source::Replay(s) => format!("replay {}", s.path().display()),
-            Source::Kafka(s) => format!("kafka {}", s.topics().join(", ")),
-            Source::Log(s) => format!("dataset {}", s.name()),
-            Source::Repartition(s) => format!("repartition {}", s.topics().join(", ")),
-        }
-    }
+    fn description(&self) -> String;
 
     /// Human names of the streams (`Position::stream` indexes them), for dead letters and
     /// late output.
-    pub fn stream_names(&self) -> Vec<String> {
-        match self {
-            Source::Replay(s) => vec![s.path().display().to_string()],
-            Source::Kafka(s) => s.topics().to_vec(),
-            Source::Log(s) => vec![s.name().to_string()],
-            Source::Repartition(s) => s.stream_names(),
-        }
+    fn stream_names(&self) -> Vec<String>;
+
+    /// Everything there is to read now, without waiting for more: how a side input (a join's
+    /// table) is read when a batch is planned. A file's last line without its newline is read
+    /// only when `to_the_end` (bounded input), as [`Source::next_batch`] does. A source that is
+    /// never a side input has nothing to give.
+    fn read_available(&mut self, _to_the_end: bool) -> Result<SourceBatch, SourceError> {
+        Ok(SourceBatch::default())
+    }
+
+    /// Continuous mode's read: what has arrived, waiting up to `wait` for the first of it, at
+    /// most `max` records; `None` at the end of a bounded input. A source without a way to wait
+    /// for arrivals reads a bounded batch.
+    fn poll(&mut self, max: usize, _wait: std::time::Duration) -> Result<Option<SourceBatch>, SourceError> {
+        self.next_batch(Limit { records: max, bounded: true })
+    }
+
+    /// Takes back a batch the pipeline is done with, to read the next one into its columns. A
+    /// source that builds its batches otherwise drops it.
+    fn recycle(&mut self, _batch: SourceBatch) {}
+
+    /// Tells the outside world how far the pipeline has committed (Kafka: the consumer group's
+    /// offsets, for lag monitoring). Never read back: the checkpoint is the source of truth.
+    fn committed(&mut self, _at: &Offsets) {}
+
+    /// The latest position the source knows of, for progress: Kafka's high watermarks as last
+    /// seen, a dataset's end; `None` for a file (read to its end, as Spark's file source).
+    fn latest(&self) -> Option<Offsets> {
+        None
     }
 
     /// Streams that hold the watermark back until they are heard from or idle: a group's
     /// stage-1 tasks, for its stage-2 task (`repartition.rs`); none for other sources.
-    pub fn expected_streams(&self) -> Vec<crate::watermark::PartitionId> {
-        match self {
-            Source::Repartition(s) => s.expected(),
-            _ => Vec::new(),
-        }
+    fn expected_streams(&self) -> Vec<crate::watermark::PartitionId> {
+        Vec::new()
     }
+}
+
+/// Opens the source a pipeline names, at `at` (a checkpoint's offsets) or at its configured
+/// start.
+pub fn open(cfg: &SourceConfig, at: Option<&Offsets>, stop: Arc<AtomicBool>) -> Result<Box<dyn Source>, SourceError> {
+    Ok(match (&cfg.kind, at) {
+        (SourceKind::Replay { path, format }, None) => {
+            Box::new(replay::ReplaySource::open(path, *format, ReplayPosition::default())?)
+        }
+        (SourceKind::Replay { path, format }, Some(Offsets::Replay(p))) => {
+            Box::new(replay::ReplaySource::open(path, *format, *p)?)
+        }
+        (SourceKind::Kafka(k), None) => Box::new(kafka::KafkaSource::open(k, &[], stop)?),
+        (SourceKind::Kafka(k), Some(Offsets::Kafka { partitions })) => {
+            Box::new(kafka::KafkaSource::open(k, partitions, stop)?)
+        }
+        (SourceKind::Repartition(r), None) => Box::new(repartition::RepartitionSource::open(r, None, stop)?),
+        (SourceKind::Repartition(r), Some(Offsets::Repartition { partitions, lanes })) => {
+            Box::new(repartition::RepartitionSource::open(r, Some((partitions, lanes)), stop)?)
+        }
+        (SourceKind::Dataset(d), at) => {
+            let (Some(dir), next) = (&d.log, at) else { return Err(SourceError::NoProject(d.name.clone())) };
+            let next = match next {
+                None => 0,
+                Some(Offsets::Log { next }) => *next,
+                Some(found) => return Err(SourceError::WrongOffsets { expected: "dataset", found: found.kind() }),
+            };
+            Box::new(log::LogSource::open(d, dir, next)?)
+        }
+        (kind, Some(found)) => return Err(SourceError::WrongOffsets { expected: kind.name(), found: found.kind() }),
+    })
 }

@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicBool;
 use serde::{Deserialize, Serialize};
 
 use super::kafka::{KafkaSource, TopicOffset};
-use super::{BadRecord, Limit, Position, SourceBatch, SourceError};
+use super::{BadRecord, Limit, Offsets, Position, Source, SourceBatch, SourceError};
 use crate::columns;
 use crate::kafka::KafkaError;
 use crate::pipeline::RepartitionConfig;
@@ -93,57 +93,8 @@ impl RepartitionSource {
         Ok(Self { inner, lanes: cfg.lanes, partition, seen: at.map(|a| a.1.clone()).unwrap_or_default() })
     }
 
-    pub fn offsets(&self) -> (Vec<TopicOffset>, Lanes) {
-        (self.inner.offsets(), self.seen.clone())
-    }
-
-    pub fn latest(&self) -> Vec<TopicOffset> {
-        self.inner.latest()
-    }
-
-    pub fn topics(&self) -> &[String] {
-        self.inner.topics()
-    }
-
-    /// The streams a position may name: the topic, then one per lane.
-    pub fn stream_names(&self) -> Vec<String> {
-        let topic = self.inner.topics().first().cloned().unwrap_or_default();
-        std::iter::once(topic.clone())
-            .chain((0..self.lanes).map(|l| format!("{topic} (from input partition {l})")))
-            .collect()
-    }
-
-    /// Every lane, as the watermark knows it: it waits for each until it is heard from or idle.
-    pub fn expected(&self) -> Vec<PartitionId> {
-        (0..self.lanes).map(|l| self.lane(l)).collect()
-    }
-
     fn lane(&self, lane: u32) -> PartitionId {
         (u16::try_from(lane + 1).unwrap_or(u16::MAX), self.partition)
-    }
-
-    pub fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
-        match self.inner.next_batch(limit)? {
-            None => Ok(None),
-            Some(raw) => self.open_messages(raw).map(Some),
-        }
-    }
-
-    pub fn read_until(&mut self, end: &[TopicOffset], lanes: &Lanes) -> Result<SourceBatch, SourceError> {
-        let raw = self.inner.read_until(end)?;
-        let batch = self.open_messages(raw)?;
-        if &self.seen != lanes {
-            return Err(SourceError::Shuffle(format!(
-                "repartition partition {}: reading a planned batch again took other messages than its plan \
-                 recorded (the topic changed under the group)",
-                self.partition
-            )));
-        }
-        Ok(batch)
-    }
-
-    pub fn commit_group_offsets(&mut self, at: &[TopicOffset]) {
-        self.inner.commit_group_offsets(at);
     }
 
     /// The partials of `raw`'s messages that are not replays, as records; messages that are
@@ -191,6 +142,63 @@ impl RepartitionSource {
         }
         self.inner.spare = Some(raw_spare(raw.records, raw.positions));
         Ok(out)
+    }
+}
+
+impl Source for RepartitionSource {
+    fn offsets(&self) -> Offsets {
+        Offsets::Repartition { partitions: self.inner.offsets(), lanes: self.seen.clone() }
+    }
+
+    fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
+        match self.inner.next_batch(limit)? {
+            None => Ok(None),
+            Some(raw) => self.open_messages(raw).map(Some),
+        }
+    }
+
+    fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
+        let Offsets::Repartition { partitions, lanes } = end else { return Err(end.mismatch("repartition")) };
+        let raw = self.inner.read_until(partitions)?;
+        let batch = self.open_messages(raw)?;
+        if &self.seen != lanes {
+            return Err(SourceError::Shuffle(format!(
+                "repartition partition {}: reading a planned batch again took other messages than its plan \
+                 recorded (the topic changed under the group)",
+                self.partition
+            )));
+        }
+        Ok(batch)
+    }
+
+    fn description(&self) -> String {
+        format!("repartition {}", self.inner.topics().join(", "))
+    }
+
+    /// The streams a position may name: the topic, then one per lane.
+    fn stream_names(&self) -> Vec<String> {
+        let topic = self.inner.topics().first().cloned().unwrap_or_default();
+        std::iter::once(topic.clone())
+            .chain((0..self.lanes).map(|l| format!("{topic} (from input partition {l})")))
+            .collect()
+    }
+
+    // Its batches are built from the Kafka source's, whose columns it gives back; a side input
+    // it never is: `read_available` and `recycle` keep their defaults.
+
+    fn committed(&mut self, at: &Offsets) {
+        if let Offsets::Repartition { partitions, .. } = at {
+            self.inner.commit_group_offsets(partitions);
+        }
+    }
+
+    fn latest(&self) -> Option<Offsets> {
+        Some(Offsets::Kafka { partitions: self.inner.latest() })
+    }
+
+    /// Every lane, as the watermark knows it: it waits for each until it is heard from or idle.
+    fn expected_streams(&self) -> Vec<PartitionId> {
+        (0..self.lanes).map(|l| self.lane(l)).collect()
     }
 }
 

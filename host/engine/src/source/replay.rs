@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use super::{BadRecord, MAX_BATCH_BYTES, MAX_RECORD_BYTES, Position, SourceBatch};
+use super::{BadRecord, Limit, MAX_BATCH_BYTES, MAX_RECORD_BYTES, Offsets, Position, Source, SourceBatch, SourceError};
 use crate::pipeline::ReplayFormat;
 
 #[derive(Debug, thiserror::Error)]
@@ -26,8 +26,8 @@ pub struct ReplaySource {
     /// Lines consumed so far (for 1-based line numbers).
     line: u64,
     buf: Vec<u8>,
-    /// A batch the pipeline gave back, to read the next one into ([`super::Source::recycle`]).
-    pub(super) spare: Option<SourceBatch>,
+    /// A batch the pipeline gave back, to read the next one into ([`Source::recycle`]).
+    spare: Option<SourceBatch>,
 }
 
 /// Where a replay stands: saved in every checkpoint.
@@ -81,21 +81,11 @@ impl ReplaySource {
         ReplayPosition { byte: self.pos, line: self.line }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Reads up to `max` records; an empty batch means the end of the file. A last line without
     /// its newline is read only when `to_the_end` (a bounded run, which must not lose it);
     /// otherwise it may still be being written, and waits for its newline.
-    pub fn next_batch(&mut self, max: usize, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
+    pub fn read_lines(&mut self, max: usize, to_the_end: bool) -> Result<SourceBatch, ReplayError> {
         self.read(max, u64::MAX, to_the_end, MAX_BATCH_BYTES)
-    }
-
-    /// Reads every line before byte `end.byte`: a recorded batch, again (the byte cap it met the
-    /// first time is where `end` is).
-    pub fn read_until(&mut self, end: ReplayPosition) -> Result<SourceBatch, ReplayError> {
-        self.read(usize::MAX, end.byte, true, usize::MAX)
     }
 
     /// Reads up to `max` records, up to byte `end`, stopping once the batch holds `cap` bytes.
@@ -161,6 +151,42 @@ impl ReplaySource {
             }
         }
         Ok(batch)
+    }
+}
+
+impl Source for ReplaySource {
+    fn offsets(&self) -> Offsets {
+        Offsets::Replay(self.position())
+    }
+
+    fn next_batch(&mut self, limit: Limit) -> Result<Option<SourceBatch>, SourceError> {
+        let b = self.read_lines(limit.records, limit.bounded)?;
+        Ok((!b.is_empty()).then_some(b))
+    }
+
+    /// Reads every line before byte `end.byte`: a recorded batch, again (the byte cap it met the
+    /// first time is where `end` is).
+    fn read_until(&mut self, end: &Offsets) -> Result<SourceBatch, SourceError> {
+        match end {
+            Offsets::Replay(end) => Ok(self.read(usize::MAX, end.byte, true, usize::MAX)?),
+            found => Err(found.mismatch("replay")),
+        }
+    }
+
+    fn description(&self) -> String {
+        format!("replay {}", self.path.display())
+    }
+
+    fn stream_names(&self) -> Vec<String> {
+        vec![self.path.display().to_string()]
+    }
+
+    fn read_available(&mut self, to_the_end: bool) -> Result<SourceBatch, SourceError> {
+        Ok(self.read_lines(usize::MAX, to_the_end)?)
+    }
+
+    fn recycle(&mut self, batch: SourceBatch) {
+        self.spare = Some(batch);
     }
 }
 
@@ -261,16 +287,16 @@ mod tests {
     fn lines_are_cut_into_batches_and_resume_where_they_stopped() {
         let f = file("{\"a\":1}\n\n{\"a\":2}\r\n{\"a\":3}\n{\"a\":4");
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(2, false).unwrap();
+        let b = s.read_lines(2, false).unwrap();
         assert_eq!(b.records.values, b"{\"a\":1}{\"a\":2}");
         assert_eq!(b.positions.iter().map(|p| p.line).collect::<Vec<_>>(), vec![1, 3]);
         let at = s.position();
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, at).unwrap();
-        let b = s.next_batch(10, false).unwrap();
+        let b = s.read_lines(10, false).unwrap();
         assert_eq!(b.records.values, b"{\"a\":3}");
         assert_eq!(b.positions[0], Position { stream: 0, partition: 0, offset: 3, line: 4 });
         // The unterminated last line is not read until it is complete.
-        assert_eq!(s.next_batch(10, false).unwrap().len(), 0);
+        assert_eq!(s.read_lines(10, false).unwrap().len(), 0);
     }
 
     /// Lines are taken from the reader's 1 MiB buffer; the ones that straddle its end, and a last
@@ -283,7 +309,7 @@ mod tests {
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
         let mut got = Vec::new();
         loop {
-            let b = s.next_batch(7_000, false).unwrap();
+            let b = s.read_lines(7_000, false).unwrap();
             if b.is_empty() {
                 break;
             }
@@ -294,7 +320,7 @@ mod tests {
         }
         assert_eq!(got, lines);
         f.write_all(b"st\"}\n").unwrap();
-        let b = s.next_batch(10, false).unwrap();
+        let b = s.read_lines(10, false).unwrap();
         assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"n\":\"last\"}"[..], 40_001));
         let size = std::fs::metadata(f.path()).unwrap().len();
         assert_eq!(s.position(), ReplayPosition { byte: size, line: 40_001 });
@@ -308,7 +334,7 @@ mod tests {
             "{\"valu\":1}\n",
         ));
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(10, false).unwrap();
+        let b = s.read_lines(10, false).unwrap();
         assert_eq!(b.records.values, b"v1{\"a\":1}");
         assert_eq!(b.records.keys, b"k");
         assert_eq!(b.records.timestamps, vec![7, -1]);
@@ -325,12 +351,12 @@ mod tests {
     fn a_bounded_read_takes_the_last_line_without_its_newline() {
         let f = file("{\"a\":1}\n{\"a\":2}");
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(10, true).unwrap();
+        let b = s.read_lines(10, true).unwrap();
         assert_eq!((b.records.values.as_slice(), b.len()), (&b"{\"a\":1}{\"a\":2}"[..], 2));
         assert_eq!(s.position(), ReplayPosition { byte: 15, line: 2 });
-        assert_eq!(s.next_batch(10, true).unwrap().len(), 0);
+        assert_eq!(s.read_lines(10, true).unwrap().len(), 0);
         let mut again = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition { byte: 8, line: 1 }).unwrap();
-        let b = again.read_until(ReplayPosition { byte: 15, line: 2 }).unwrap();
+        let b = again.read_until(&Offsets::Replay(ReplayPosition { byte: 15, line: 2 })).unwrap();
         assert_eq!((b.records.values.as_slice(), b.positions[0].line), (&b"{\"a\":2}"[..], 2));
     }
 
@@ -359,7 +385,7 @@ mod tests {
             let mut s = ReplaySource::open(f.path(), format, ReplayPosition::default()).unwrap();
             let mut seen = Vec::new();
             loop {
-                let b = s.next_batch(batch, true).unwrap();
+                let b = s.read_lines(batch, true).unwrap();
                 if b.is_empty() {
                     break;
                 }
@@ -385,7 +411,7 @@ mod tests {
         assert_eq!(b.len(), 8, "the eighth record of 7 bytes reaches 50");
         let end = s.position();
         let mut again = ReplaySource::open(f.path(), ReplayFormat::Auto, ReplayPosition::default()).unwrap();
-        assert_eq!(again.read_until(end).unwrap().len(), 8);
+        assert_eq!(again.read_until(&Offsets::Replay(end)).unwrap().len(), 8);
     }
 
     #[test]
@@ -395,7 +421,7 @@ mod tests {
         let f = file("");
         std::fs::write(f.path(), &text).unwrap();
         let mut s = ReplaySource::open(f.path(), ReplayFormat::Lines, ReplayPosition::default()).unwrap();
-        let b = s.next_batch(10, true).unwrap();
+        let b = s.read_lines(10, true).unwrap();
         assert_eq!((b.bad.len(), b.bad[0].raw.len(), b.len()), (1, 1 << 10, 1));
         assert!(b.bad[0].error.contains("at most 64 MiB"), "{}", b.bad[0].error);
         assert_eq!(b.positions[0].line, 2);

@@ -37,25 +37,24 @@
 //! task was assigned). A fetch across compacted gaps may hand back records twice (tansu does), so
 //! the fold skips offsets it has applied.
 
+mod io;
+#[cfg(test)]
+mod tests;
+
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{DeliveryResult, Message};
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
+use rdkafka::producer::BaseProducer;
+use rdkafka::{Offset, TopicPartitionList};
 use serde::{Deserialize, Serialize};
 
 use super::changelog::Changelog;
 use crate::checkpoint::{CheckpointError, Ledger, Planned};
 use crate::kafka::{CALL_TIMEOUT, KafkaError, client_config, connection_options, flush, with_retry};
 use crate::state::StateStore;
-
-/// How long a read of the checkpoint partition waits with nothing arriving before it logs that
-/// it is still waiting (and again as often).
-const READ_WARN: Duration = Duration::from_secs(10);
+use io::Landed;
 
 /// The reader's `fetch.wait.max.ms`: how long the broker may hold a fetch that finds nothing
 /// new. The reader stays assigned, so this is how often an idle task asks; it reads only when
@@ -185,25 +184,6 @@ impl Fold {
     /// The next batch id the committed record names (0: nothing committed).
     pub fn next_batch(&self) -> u64 {
         self.meta.as_ref().and_then(|m| m.get("next_batch")).and_then(serde_json::Value::as_u64).unwrap_or(0)
-    }
-}
-
-/// Where the producer's deliveries landed, in the order they were reported: one partition's
-/// deliveries are reported in the order its records were sent.
-#[derive(Default)]
-struct Landed(Mutex<Vec<Result<i64, rdkafka::error::KafkaError>>>);
-
-impl ClientContext for Landed {}
-impl ProducerContext for Landed {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        let r = match result {
-            Ok(m) => Ok(m.offset()),
-            Err((e, _)) => Err(e.clone()),
-        };
-        if let Ok(mut landed) = self.0.lock() {
-            landed.push(r);
-        }
     }
 }
 
@@ -346,145 +326,6 @@ impl KafkaLedger {
     pub(super) fn restored(&self) -> &Fold {
         &self.fold
     }
-
-    fn fail(&self, e: KafkaError) -> CheckpointError {
-        CheckpointError::Ledger { task: self.task.clone(), source: Box::new(e) }
-    }
-
-    /// Sends `body` under this owner's epoch, to land after every record sent before it;
-    /// [`Self::confirm`] waits for it.
-    fn send(&mut self, body: Body) -> Result<(), CheckpointError> {
-        let record = Record { epoch: self.epoch, identity: self.identity.clone(), body };
-        self.produce(&record)?;
-        self.sent.push_back(record);
-        Ok(())
-    }
-
-    fn produce(&self, record: &Record) -> Result<(), CheckpointError> {
-        let value = serde_json::to_vec(record).map_err(|e| {
-            CheckpointError::file(format!("{}:{}", self.topic, self.partition), format!("cannot encode: {e}"))
-        })?;
-        let key = record.key();
-        let sent = self
-            .producer
-            .send(BaseRecord::<str, [u8]>::to(&self.topic).partition(self.partition).key(&key).payload(&value));
-        sent.map_err(|(e, _)| {
-            self.fail(KafkaError::Call { what: "writing a task's checkpoint record".into(), source: e })
-        })
-    }
-
-    /// Waits until every record sent has landed and folds them in, in order (the module's
-    /// opening says how); returns the last one's offset. A record that failed is sent again,
-    /// with every record sent after it, so they land in the order they were sent.
-    fn confirm(&mut self) -> Result<Option<i64>, CheckpointError> {
-        let mut last = None;
-        while !self.sent.is_empty() {
-            let flushed = with_retry(&self.stop, "writing a task's checkpoint record", || flush(&self.producer));
-            flushed.map_err(|e| self.fail(e))?;
-            let landed = match self.producer.context().0.lock() {
-                Ok(mut landed) => std::mem::take(&mut *landed),
-                Err(_) => Vec::new(),
-            };
-            if landed.len() < self.sent.len() {
-                return Err(self.fail(KafkaError::Stopped));
-            }
-            for result in landed {
-                let Some(record) = self.sent.pop_front() else { break };
-                match result {
-                    Ok(offset) => {
-                        if self.fold.applied.map_or(offset == 0, |a| offset == a + 1) {
-                            self.fold.apply(offset, record);
-                        } else {
-                            self.read_to(offset)?;
-                        }
-                        last = Some(offset);
-                    }
-                    Err(e) => {
-                        tracing::warn!("task {}: writing its checkpoint record: {e}; retrying", self.task);
-                        self.sent.push_front(record);
-                        break;
-                    }
-                }
-            }
-            if !self.sent.is_empty() {
-                if self.stop.load(Ordering::Relaxed) {
-                    return Err(self.fail(KafkaError::Stopped));
-                }
-                std::thread::sleep(Duration::from_millis(100));
-                // Whatever was reported after the failure is written again behind it.
-                if let Ok(mut landed) = self.producer.context().0.lock() {
-                    landed.clear();
-                }
-                for record in &self.sent {
-                    self.produce(record)?;
-                }
-            }
-        }
-        self.drain();
-        Ok(last)
-    }
-
-    /// Folds what the reader has already fetched, without waiting: records of this owner's,
-    /// already folded, are skipped; anyone else's are seen before the next plan, and the
-    /// reader's queue stays short.
-    fn drain(&mut self) {
-        while let Some(Ok(m)) = self.consumer.poll(Duration::ZERO) {
-            if self.fold.applied.is_some_and(|a| m.offset() <= a) {
-                continue; // Folded already: most often this owner's own record, not parsed again.
-            }
-            if let Some(Ok(r)) = m.payload().map(serde_json::from_slice::<Record>) {
-                self.fold.apply(m.offset(), r);
-            }
-        }
-    }
-
-    /// Folds the partition up to offset `to` (inclusive).
-    fn read_to(&mut self, to: i64) -> Result<(), CheckpointError> {
-        if to < 0 {
-            return Ok(()); // An empty partition: a task never run.
-        }
-        let mut since = Instant::now();
-        while self.fold.applied.is_none_or(|a| a < to) {
-            if self.stop.load(Ordering::Relaxed) {
-                return Err(self.fail(KafkaError::Stopped));
-            }
-            match self.consumer.poll(Duration::from_millis(100)) {
-                Some(Ok(m)) => {
-                    since = Instant::now();
-                    let Some(payload) = m.payload() else { continue };
-                    match serde_json::from_slice::<Record>(payload) {
-                        Ok(r) => self.fold.apply(m.offset(), r),
-                        Err(e) => tracing::warn!(
-                            "task {}: checkpoint record at {}:{}@{} is not Weir's ({e}); skipped",
-                            self.task,
-                            self.topic,
-                            self.partition,
-                            m.offset()
-                        ),
-                    }
-                }
-                Some(Err(e)) => tracing::warn!("task {}: reading its checkpoint record: {e}", self.task),
-                None => {
-                    // Compaction may have removed the offsets up to `to`.
-                    if let Ok(pos) = self.consumer.position()
-                        && let Some(p) = pos.find_partition(&self.topic, self.partition)
-                        && let Offset::Offset(next) = p.offset()
-                        && next > to
-                    {
-                        return Ok(());
-                    }
-                    if since.elapsed() >= READ_WARN {
-                        tracing::warn!(
-                            "task {}: still reading its checkpoint record up to offset {to} (broker unavailable?)",
-                            self.task
-                        );
-                        since = Instant::now();
-                    }
-                }
-            }
-        }
-        Ok(())
-    }
 }
 
 impl Ledger for KafkaLedger {
@@ -530,140 +371,5 @@ impl Drop for KafkaLedger {
         if !self.sent.is_empty() {
             let _ = flush(&self.producer);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan(batch_id: u64) -> Planned {
-        Planned {
-            batch_id,
-            start: crate::source::Offsets::Log { next: 0 },
-            end: crate::source::Offsets::Log { next: 1 },
-            idle: vec![],
-            flush: false,
-            planned_at_ms: 0,
-            side: None,
-        }
-    }
-
-    fn rec(epoch: u64, body: Body) -> Record {
-        Record { epoch, identity: "id".into(), body }
-    }
-
-    fn claim(epoch: u64) -> Record {
-        rec(
-            epoch,
-            Body::Claim { owner: format!("owner {epoch}"), meta: None, side: None, plans: vec![], changelog: None },
-        )
-    }
-
-    /// Against a broker (librdkafka's mock, in process): an owner's records fold without being
-    /// read back while nobody else writes, a newer claim still fences it, and a commit it did
-    /// not wait for is in the record once the ledger is dropped.
-    #[test]
-    fn an_owner_confirms_its_records_and_a_newer_claim_still_fences_it() {
-        let cluster = rdkafka::mocking::MockCluster::new(1).unwrap();
-        cluster.create_topic("ledger", 1, 1).unwrap();
-        let options = vec![("bootstrap.servers".to_string(), cluster.bootstrap_servers())];
-        let stop = Arc::new(AtomicBool::new(false));
-        let dir = tempfile::tempdir().unwrap();
-        let state = StateStore::open(dir.path()).unwrap();
-        let open = |owner: &str| KafkaLedger::claim(&options, "ledger", 0, "t", owner, stop.clone()).unwrap();
-        let mut a = open("a");
-        a.set_side("dir-a".into());
-        a.plan(&plan(0)).unwrap();
-        a.commit(br#"{"next_batch": 1}"#, &state).unwrap();
-        assert!(a.sent.is_empty(), "the first commit naming this directory is waited for");
-        a.plan(&plan(1)).unwrap();
-        a.commit(br#"{"next_batch": 2}"#, &state).unwrap();
-        assert_eq!(a.sent.len(), 1, "later commits are not waited for");
-        a.plan(&plan(2)).unwrap();
-        assert_eq!((a.fold.epoch, a.fold.next_batch(), a.fold.applied), (1, 2, Some(5)));
-
-        let b = open("b");
-        assert_eq!((b.epoch(), b.restored().next_batch()), (2, 2));
-        assert_eq!(b.restored().plans.keys().copied().collect::<Vec<_>>(), vec![2], "a's open plan is b's to run");
-        match a.plan(&plan(3)) {
-            Err(CheckpointError::Fenced { epoch: 1, newer: 2, .. }) => {}
-            other => panic!("a wrote after b's claim and was not fenced: {other:?}"),
-        }
-        drop(b);
-
-        let mut c = open("c");
-        c.set_side("dir-c".into());
-        c.plan(&plan(2)).unwrap();
-        c.commit(br#"{"next_batch": 3}"#, &state).unwrap();
-        c.plan(&plan(3)).unwrap();
-        c.commit(br#"{"next_batch": 4}"#, &state).unwrap();
-        assert_eq!(c.sent.len(), 1);
-        drop(c);
-        let read = KafkaLedger::read(&options, "ledger", 0, "t", stop.clone()).unwrap();
-        assert_eq!((read.restored().epoch, read.restored().next_batch()), (3, 4));
-        assert_eq!(read.restored().side.as_deref(), Some("dir-c"));
-    }
-
-    #[test]
-    fn a_newer_claim_fences_every_later_record_of_the_older_owner() {
-        let mut f = Fold::default();
-        f.apply(0, claim(1));
-        f.apply(1, rec(1, Body::Plan { plan: plan(0) }));
-        f.apply(2, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 1}), side: None, changelog: None }));
-        f.apply(3, claim(2));
-        // The zombie (epoch 1) goes on: its plan and commit do not count.
-        f.apply(4, rec(1, Body::Plan { plan: plan(1) }));
-        f.apply(5, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 2}), side: None, changelog: None }));
-        assert_eq!((f.epoch, f.next_batch(), f.plans.len()), (2, 1, 0));
-        assert_eq!(f.claim_at, Some(3));
-    }
-
-    #[test]
-    fn a_claim_that_does_not_raise_the_epoch_does_not_count() {
-        let mut f = Fold::default();
-        f.apply(0, claim(1));
-        f.apply(1, claim(1));
-        assert_eq!(f.claim_at, Some(0));
-    }
-
-    #[test]
-    fn a_plan_made_before_the_new_claim_is_handed_to_the_new_owner() {
-        let mut f = Fold::default();
-        f.apply(0, claim(1));
-        f.apply(1, rec(1, Body::Plan { plan: plan(0) }));
-        f.apply(2, claim(2));
-        assert_eq!(f.plans.keys().copied().collect::<Vec<_>>(), vec![0]);
-    }
-
-    #[test]
-    fn records_fetched_twice_are_applied_once_and_compacted_claims_are_implied() {
-        let mut f = Fold::default();
-        // Compaction removed claim 1 and 2: the first record read is epoch 2's commit.
-        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None, changelog: None }));
-        f.apply(8, rec(2, Body::Plan { plan: plan(5) }));
-        f.apply(7, rec(2, Body::Commit { meta: serde_json::json!({"next_batch": 3}), side: None, changelog: None }));
-        assert_eq!((f.epoch, f.next_batch(), f.plans.len()), (2, 5, 1));
-    }
-
-    #[test]
-    fn compaction_keeps_where_the_newest_owner_started() {
-        // Epoch 1 committed batch 3 and planned 4; epoch 2 claimed with that; the zombie (1)
-        // then committed 4 and planned 5. Compaction keeps only the newest record per key, so
-        // of epoch 1 only the zombie's records remain, ahead of them nothing.
-        let mut f = Fold::default();
-        let started = Body::Claim {
-            owner: "b".into(),
-            meta: Some(serde_json::json!({"next_batch": 4})),
-            side: None,
-            plans: vec![plan(4)],
-            changelog: None,
-        };
-        f.apply(10, rec(2, started));
-        f.apply(11, rec(1, Body::Commit { meta: serde_json::json!({"next_batch": 5}), side: None, changelog: None }));
-        f.apply(12, rec(1, Body::Plan { plan: plan(5) }));
-        assert_eq!((f.epoch, f.next_batch()), (2, 4));
-        assert_eq!(f.plans.keys().copied().collect::<Vec<_>>(), vec![4]);
-        assert_ne!(rec(1, Body::Plan { plan: plan(5) }).key(), rec(2, Body::Plan { plan: plan(5) }).key());
     }
 }
