@@ -25,3 +25,4 @@ mod serve;
 mod serve_tenants;
 mod stdlib;
 mod tenants;
+mod timer_budget;

@@ -11,5 +11,6 @@
 mod client;
 mod https;
 mod lifecycle;
+mod quota;
 mod refusals;
 mod tenants;

@@ -139,7 +139,7 @@ pub struct Expectation {
 pub enum ExpectCheck {
     Rule(crate::expect::Rule),
     /// A transform plugin: the rows it does not return violate.
-    Plugin(StageSpec),
+    Plugin(Box<StageSpec>),
 }
 
 /// A validated pipeline.
@@ -186,7 +186,7 @@ impl Pipeline {
             _ => None,
         };
         let expect = self.expect.iter().filter_map(|e| match &e.check {
-            ExpectCheck::Plugin(s) => Some(s),
+            ExpectCheck::Plugin(s) => Some(s.as_ref()),
             ExpectCheck::Rule(_) => None,
         });
         self.parse

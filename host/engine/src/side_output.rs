@@ -154,6 +154,11 @@ impl Failure {
         Self { index, kind: "invalid-value", message: why }
     }
 
+    /// An item whose key's result a stage's budget refused, for `why` (the limit).
+    pub fn over_limit(index: usize, why: String) -> Self {
+        Self { index, kind: "over-limit", message: why }
+    }
+
     /// An item the failure policy isolated: the plugin failed on it alone.
     pub fn isolated(index: usize, error: &impl std::fmt::Display) -> Self {
         Self { index, kind: "plugin-failure", message: error.to_string() }

@@ -204,6 +204,45 @@ impl StateStore {
         Ok(out)
     }
 
+    /// The last entry with `from <= key < to`, staged changes applied: a walk back from `to`
+    /// that stops at the first live entry, never a read of the whole range.
+    pub fn last_in_range(&self, from: &[u8], to: &[u8]) -> Result<Option<Entry>, StateError> {
+        if from >= to {
+            return Ok(None);
+        }
+        let mut it = self.db.raw_iterator();
+        it.seek_for_prev(to);
+        if it.key() == Some(to) {
+            it.prev();
+        }
+        let mut staged = self.staged.range::<[u8], _>((Bound::Included(from), Bound::Excluded(to))).rev().peekable();
+        loop {
+            let committed = it.key().filter(|k| *k >= from);
+            let staged_first = match (staged.peek(), committed) {
+                (None, None) => {
+                    it.status().map_err(|e| self.err(e))?;
+                    return Ok(None);
+                }
+                (None, Some(_)) => false,
+                (Some(_), None) => true,
+                (Some((sk, _)), Some(c)) => sk.as_slice() >= c,
+            };
+            if !staged_first {
+                let (k, v) = (committed.unwrap_or_default(), it.value().unwrap_or_default());
+                return Ok(Some((k.to_vec(), v.to_vec())));
+            }
+            if let Some((k, v)) = staged.next() {
+                // A staged change to a committed key stands for it: step over the committed one.
+                if committed == Some(k.as_slice()) {
+                    it.prev();
+                }
+                if let Some(v) = v {
+                    return Ok(Some((k.clone(), v.clone())));
+                }
+            }
+        }
+    }
+
     /// Writes the staged changes and `meta` (the batch's checkpoint record) in one atomic write,
     /// and starts syncing it to disk in `syncs` (see [`crate::checkpoint`]).
     pub fn commit(&mut self, meta: &[u8], syncs: &mut dyn SyncLater) -> Result<(), StateError> {
@@ -317,6 +356,36 @@ mod tests {
     impl SyncLater for Now {
         fn spawn(&mut self, _: PathBuf, sync: Box<dyn FnOnce() -> std::io::Result<()> + Send>) {
             sync().expect("the sync succeeds");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// `last_in_range` is the last of `range`, whatever is committed, staged over it or
+        /// deleted: a horizon found without reading the whole range.
+        #[test]
+        fn the_last_in_a_range_is_the_last_of_the_range(
+            committed in proptest::collection::vec((0u8..12, 0u8..3), 0..20),
+            staged in proptest::collection::vec((0u8..12, proptest::option::of(0u8..3)), 0..20),
+            from in 0u8..12,
+            to in 0u8..13,
+        ) {
+            proptest::prop_assume!(from <= to);
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = StateStore::open(dir.path()).unwrap();
+            for (k, v) in committed {
+                s.put(vec![b'k', k], vec![v]);
+            }
+            s.commit(b"0", &mut Now).unwrap();
+            for (k, v) in staged {
+                match v {
+                    Some(v) => s.put(vec![b'k', k], vec![v]),
+                    None => s.delete(vec![b'k', k]),
+                }
+            }
+            let (from, to) = (vec![b'k', from], vec![b'k', to]);
+            proptest::prop_assert_eq!(s.last_in_range(&from, &to).unwrap(), s.range(&from, &to).unwrap().pop());
         }
     }
 

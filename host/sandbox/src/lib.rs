@@ -46,7 +46,7 @@ pub use host::LOG_TARGET;
 pub use limiter::LimitExceeded;
 pub use processor::{Clock, KeyResult, Keyed, ProcessFns, Processor, TimeDomain, Timer};
 pub use roles::{AggregateFns, Aggregator, ParseFns, Parser, RowBatch, Sink, TransformFns, Transformer};
-pub use spec::{DEFAULT_CPU_WEIGHT, LimitsFile, MAX_CPU_WEIGHT, StageSpec};
+pub use spec::{DEFAULT_CPU_WEIGHT, LimitsFile, MAX_CPU_WEIGHT, StageBudget, StageSpec};
 
 mod bindings {
     // The world by name alone: its package version is `wit/plugin.wit`'s, wherever it is said.

@@ -21,7 +21,7 @@ use super::metrics::PluginMetrics;
 use super::spec::{MAX_INSTANCES, MAX_MEMORIES, MAX_TABLE_ELEMENTS, MAX_TABLES};
 
 /// A limit a call hit: the call's error (its trap carries it), and the message the user reads.
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LimitExceeded {
     #[error("call exceeded its deadline of {0:?} (limits.call_timeout)")]
     Deadline(Duration),
@@ -43,6 +43,10 @@ pub enum LimitExceeded {
     State { bytes: usize, max: usize },
     #[error("a key would have more than {max} timers set (limits.max_timers)")]
     Timers { max: usize },
+    #[error("the stage would have more than {max} timers set, all keys together (limits.max_stage_timers)")]
+    StageTimers { max: u64 },
+    #[error("the stage's state would pass {} MiB, all keys together (limits.max_stage_state_mb)", .max >> 20)]
+    StageState { max: u64 },
 }
 
 /// Caps linear memory and tables; every refusal traps with the limit it hit.

@@ -45,6 +45,11 @@ pub trait ProcessFns: Send {
     fn max_timers(&self) -> usize {
         super::spec::DEFAULT_MAX_TIMERS
     }
+    /// What the stage may hold, all keys together (`limits.max_stage_timers`,
+    /// `limits.max_stage_state_mb`).
+    fn stage_budget(&self) -> super::spec::StageBudget {
+        super::spec::StageBudget::default()
+    }
     fn state_version(&mut self) -> Result<u32, PluginError> {
         Ok(1)
     }
@@ -145,6 +150,10 @@ impl ProcessFns for Processor {
 
     fn max_timers(&self) -> usize {
         self.0.limits().max_timers
+    }
+
+    fn stage_budget(&self) -> super::spec::StageBudget {
+        self.0.limits().stage
     }
 
     fn state_version(&mut self) -> Result<u32, PluginError> {

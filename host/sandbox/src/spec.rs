@@ -74,6 +74,22 @@ pub const MAX_MAX_STATE_KB: u64 = 64 << 10;
 pub const DEFAULT_MAX_TIMERS: usize = 1_000;
 pub const MAX_MAX_TIMERS: u64 = 1_000_000;
 
+/// `limits.max_stage_timers`: timers a processor stage may have set at once, all its keys
+/// together. The per-key cap alone lets a stage that sets timers on every key it sees hold
+/// millions, and each one set costs host memory (a staged write) until the batch that set it
+/// commits. A key whose result would pass it is refused whole: its events become dead letters
+/// naming this limit, and the stage runs on. The default keeps a fan-out's memory within a
+/// small multiple of the same stage's without timers (`docs/security.md`).
+pub const DEFAULT_MAX_STAGE_TIMERS: u64 = 100_000;
+pub const MAX_MAX_STAGE_TIMERS: u64 = 1_000_000_000;
+
+/// `limits.max_stage_state_mb`: bytes of plugin state a processor stage may keep, all its keys
+/// together. It bounds the checkpoint a stage can grow while it runs, which `weir serve`'s
+/// `quotas.max_state_mb` also bounds for the tenant; a key whose new state would pass it is
+/// refused whole, as for [`DEFAULT_MAX_STAGE_TIMERS`].
+pub const DEFAULT_MAX_STAGE_STATE_MB: u64 = 1_024;
+pub const MAX_MAX_STAGE_STATE_MB: u64 = 1 << 20;
+
 /// `limits.cpu_weight`: the stage's weight in the fair share of CPU between pipelines. A call
 /// that runs past its fair slice while other pipelines share the process sleeps three ticks for
 /// each tick it runs, divided by its weight: weight 1 gets a quarter of a core, 3 a half.
@@ -119,7 +135,24 @@ pub struct Limits {
     pub max_state: usize,
     /// A processor's timers per key.
     pub max_timers: usize,
+    /// A processor stage's timers and state, all keys together.
+    pub stage: StageBudget,
     pub cpu_weight: u32,
+}
+
+/// What a processor stage may hold, all keys together (`limits.max_stage_timers`,
+/// `limits.max_stage_state_mb`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StageBudget {
+    pub timers: u64,
+    /// Bytes of plugin state.
+    pub state_bytes: u64,
+}
+
+impl Default for StageBudget {
+    fn default() -> Self {
+        Self { timers: DEFAULT_MAX_STAGE_TIMERS, state_bytes: DEFAULT_MAX_STAGE_STATE_MB << 20 }
+    }
 }
 
 impl Default for Limits {
@@ -133,6 +166,7 @@ impl Default for Limits {
             max_disk: DEFAULT_MAX_DISK_MB << 20,
             max_state: (DEFAULT_MAX_STATE_KB << 10) as usize,
             max_timers: DEFAULT_MAX_TIMERS,
+            stage: StageBudget::default(),
             cpu_weight: DEFAULT_CPU_WEIGHT,
         }
     }
@@ -154,6 +188,8 @@ pub struct LimitsFile {
     max_disk_mb: Option<u64>,
     max_state_kb: Option<u64>,
     max_timers: Option<u64>,
+    max_stage_timers: Option<u64>,
+    max_stage_state_mb: Option<u64>,
     cpu_weight: Option<u64>,
 }
 
@@ -215,6 +251,16 @@ impl LimitsFile {
             None => d.max_timers,
             Some(v) => in_range("max_timers", v, 1, MAX_MAX_TIMERS)? as usize,
         };
+        let stage = StageBudget {
+            timers: match self.max_stage_timers {
+                None => d.stage.timers,
+                Some(v) => in_range("max_stage_timers", v, 1, MAX_MAX_STAGE_TIMERS)?,
+            },
+            state_bytes: match self.max_stage_state_mb {
+                None => d.stage.state_bytes,
+                Some(v) => in_range("max_stage_state_mb", v, 1, MAX_MAX_STAGE_STATE_MB)? << 20,
+            },
+        };
         let cpu_weight = match self.cpu_weight {
             None => d.cpu_weight,
             Some(v) => in_range("cpu_weight", v, 1, MAX_CPU_WEIGHT)? as u32,
@@ -228,6 +274,7 @@ impl LimitsFile {
             max_disk,
             max_state,
             max_timers,
+            stage,
             cpu_weight,
         })
     }
@@ -258,6 +305,10 @@ mod tests {
         assert_eq!(limits("max_state_kb = 0").unwrap_err().key, "max_state_kb");
         assert_eq!(limits("max_timers = 5").unwrap().max_timers, 5);
         assert_eq!(limits("max_timers = 2000000").unwrap_err().key, "max_timers");
+        assert_eq!(limits("max_stage_timers = 5").unwrap().stage.timers, 5);
+        assert_eq!(limits("max_stage_timers = 0").unwrap_err().key, "max_stage_timers");
+        assert_eq!(limits("max_stage_state_mb = 2").unwrap().stage.state_bytes, 2 << 20);
+        assert_eq!(limits("max_stage_state_mb = 2000000").unwrap_err().key, "max_stage_state_mb");
         assert_eq!(limits("").unwrap().cpu_weight, 1);
         assert_eq!(limits("cpu_weight = 3").unwrap().cpu_weight, 3);
         assert_eq!(limits("cpu_weight = 17").unwrap_err().key, "cpu_weight");

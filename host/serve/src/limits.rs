@@ -29,8 +29,14 @@ pub const DEFAULT_MAX_PLUGIN_MEMORY_MB: u64 = 8_192;
 /// letters), checked on each upload and before each start.
 pub const DEFAULT_MAX_FILES_MB: u64 = 10_240;
 /// `quotas.max_state_mb` for a tenant created without one: the bytes of its pipelines'
-/// checkpoints (state, offsets, side outputs kept there), checked before each start.
+/// checkpoints (state, offsets, side outputs kept there), checked before each start and every
+/// [`STATE_QUOTA_CHECK`] while they run.
 pub const DEFAULT_MAX_STATE_MB: u64 = 10_240;
+/// How often the tenants' checkpoints are measured against `quotas.max_state_mb` while their
+/// pipelines run: a tenant over it has its running pipelines stopped, failed with the quota
+/// named. Within one period a pipeline can write past the quota by what it writes in that time;
+/// each stage's own `limits.max_stage_state_mb` bounds that inside the run.
+pub const STATE_QUOTA_CHECK: std::time::Duration = std::time::Duration::from_secs(2);
 /// The most plugins one tenant may keep.
 pub const MAX_PLUGINS_PER_TENANT: usize = 200;
 /// The most tokens alive at once, all tenants counted.

@@ -257,6 +257,17 @@ impl Supervisor {
         }
     }
 
+    /// Stops the pipeline's run, as [`Supervisor::stop`] does, and marks it failed for `why`.
+    pub fn stop_failed(&self, key: &Key, why: String) {
+        self.stop(key);
+        let recent = self.recent(key);
+        recent.set(|s| {
+            s.state = RunState::Failed;
+            s.error = Some(why);
+            s.ended_ms = Some(now_ms());
+        });
+    }
+
     /// Stops the run and forgets the pipeline.
     pub fn remove(&self, key: &Key) {
         self.stop(key);

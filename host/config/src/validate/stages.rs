@@ -123,7 +123,7 @@ pub(super) fn expectations(
             (None, Some(plugin)) => {
                 let file =
                     StageFile { plugin, parallelism: None, config: e.config, grants: e.grants, limits: e.limits };
-                ExpectCheck::Plugin(stage(&format!("expect[{i}]"), file)?)
+                ExpectCheck::Plugin(Box::new(stage(&format!("expect[{i}]"), file)?))
             }
             _ => {
                 return Err(invalid(

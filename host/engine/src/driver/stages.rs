@@ -69,7 +69,7 @@ impl Stages {
                         e.name.clone(),
                         e.on_violation,
                         spec.name.clone(),
-                        Box::new(Transformer::new(runtime, spec.clone())?),
+                        Box::new(Transformer::new(runtime, spec.as_ref().clone())?),
                     ),
                 })
             })

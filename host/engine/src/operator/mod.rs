@@ -88,6 +88,9 @@ pub enum Scope {
     ProcessTimers = b't',
     /// When its keys' TTL runs out, by time and key.
     ProcessExpiry = b'l',
+    /// Its totals over every key, timers set and state bytes (one entry), which its
+    /// `limits.max_stage_*` budget is checked against.
+    ProcessTotals = b'n',
     /// The state format an operator wrote, by the operator's scope (`f` + `s`: sessions, `f` +
     /// `d`: deduplication; `state_format`).
     Formats = b'f',
@@ -246,6 +249,8 @@ impl Passing {
         set_aside.late.sort_unstable();
         set_aside.invalid.extend(n.invalid.into_iter().map(|(j, why)| (origin[j as usize], why)));
         set_aside.invalid.sort_unstable_by_key(|(i, _)| *i);
+        set_aside.over_limit.extend(n.over_limit.into_iter().map(|(j, why)| (origin[j as usize], why)));
+        set_aside.over_limit.sort_unstable_by_key(|(i, _)| *i);
         set_aside.duplicates += n.duplicates;
         set_aside.unmatched += n.unmatched;
         Ok(())
@@ -264,6 +269,9 @@ pub struct Processed {
     /// Events the operator cannot place, with why (an event time whose windows would fall
     /// outside the timeline): dead letters, `invalid-value`.
     pub invalid: Vec<(u32, String)>,
+    /// Events whose key's result the stage's budget refused (`limits.max_stage_*`), with the
+    /// limit: dead letters, `over-limit`. Their times still count for the watermark.
+    pub over_limit: Vec<(u32, String)>,
 }
 
 /// What [`Operator::advance`] did.
@@ -386,6 +394,7 @@ impl isolate::StageOutput for Processed {
         self.unmatched += o.unmatched;
         self.late.extend(o.late.into_iter().map(|i| i + offset));
         self.invalid.extend(o.invalid.into_iter().map(|(i, why)| (i + offset, why)));
+        self.over_limit.extend(o.over_limit.into_iter().map(|(i, why)| (i + offset, why)));
         Ok(())
     }
 }

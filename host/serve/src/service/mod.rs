@@ -24,6 +24,7 @@ mod files;
 mod metrics;
 mod pipelines;
 mod plugins;
+mod quota;
 mod tenants;
 
 pub struct Service {
@@ -165,6 +166,7 @@ impl Service {
                 }
             });
         }
+        quota::watch(Arc::downgrade(&service));
         Ok(service)
     }
 

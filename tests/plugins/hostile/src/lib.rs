@@ -26,8 +26,9 @@
 //!
 //! And it is a keyed processor that counts each key's events and emits the running count
 //! (`{"key": .., "n": ..}`) per event, attacking on the events that ask it to with
-//! `{"process": ...}`: `timers` sets a million timers, `state` makes its state 2 MiB, `panic`
-//! panics (after the key's events before it in the call were counted).
+//! `{"process": ...}`: `timers` sets a million timers, `fanout` the thousand one key may have,
+//! `state` makes its state 2 MiB, `panic` panics (after the key's events before it in the call
+//! were counted).
 
 use std::hint::black_box;
 use std::sync::Mutex;
@@ -214,6 +215,13 @@ impl Processor for Hostile {
             match e.field_str("process").ok().flatten().as_deref() {
                 Some("timers") => {
                     for t in 0..1_000_000 {
+                        ctx.set_timer(Timer::event_time(e.time + t));
+                    }
+                }
+                // Within every per-key limit (`limits.max_timers`' default), on each key that
+                // asks: over many keys, the stage's total is what grows.
+                Some("fanout") => {
+                    for t in 1..=1_000 {
                         ctx.set_timer(Timer::event_time(e.time + t));
                     }
                 }

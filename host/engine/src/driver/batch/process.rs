@@ -76,8 +76,9 @@ impl Run {
         let stage = self.operator.stage().to_string();
         let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
         let invalid = set_aside.invalid.iter().map(|(i, why)| Failure::invalid(*i as usize, why.clone()));
+        let over = set_aside.over_limit.iter().map(|(i, why)| Failure::over_limit(*i as usize, why.clone()));
         report.dead_letters +=
-            self.dead.write(batch_id, &stage, batch, failed.chain(invalid), Some(&events.origins))?;
+            self.dead.write(batch_id, &stage, batch, failed.chain(invalid).chain(over), Some(&events.origins))?;
         report.rows_out = rows.len();
         report.state_keys = self.state.estimated_keys();
         report.state_bytes = self.state.estimated_bytes();

@@ -5,6 +5,9 @@
 //!   nor timers has no entry.
 //! - `TIMERS` + domain + time + key → nothing: range scans by time find the timers that are due.
 //! - `EXPIRY` + time + key → nothing: when a key's TTL runs out, for state TTL.
+//! - `TOTALS` → [`Totals`]: timers set and state bytes over every key, so the stage's budget is
+//!   checked without a scan. A store without it (written before it was kept) has it counted
+//!   once, at `open`.
 //!
 //! The header's first byte is [`FORMAT`]: an entry written in another format is refused as
 //! corrupt rather than misread, and a later format can convert it in `open`.
@@ -61,9 +64,52 @@ impl Entry {
         })
     }
 
+    /// What the entry adds to the stage's [`Totals`].
+    pub(super) fn footprint(&self) -> Totals {
+        Totals { timers: u64::from(self.timers), state_bytes: self.state.as_ref().map_or(0, Vec::len) as u64 }
+    }
+
     /// Whether the entry holds nothing and can go.
     pub(super) fn is_empty(&self) -> bool {
         self.state.is_none() && self.timers == 0
+    }
+}
+
+/// The stage's totals over every key: what its `limits.max_stage_*` budget bounds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(super) struct Totals {
+    pub timers: u64,
+    /// Bytes of the plugin's state, headers not counted.
+    pub state_bytes: u64,
+}
+
+impl Totals {
+    pub(super) fn key() -> Vec<u8> {
+        Scope::ProcessTotals.key(0)
+    }
+
+    pub(super) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(16);
+        v.extend_from_slice(&self.timers.to_be_bytes());
+        v.extend_from_slice(&self.state_bytes.to_be_bytes());
+        v
+    }
+
+    pub(super) fn decode(v: &[u8]) -> Result<Self, String> {
+        let at = |i: usize| v.get(i..i + 8).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+        match (v.len(), at(0), at(8)) {
+            (16, Some(timers), Some(state_bytes)) => Ok(Totals { timers, state_bytes }),
+            _ => Err(format!("the stage's totals are {} bytes, not 16", v.len())),
+        }
+    }
+
+    /// These totals once a key's footprint ([`Entry::footprint`]) goes from `before` to
+    /// `after`.
+    pub(super) fn with(self, before: Totals, after: Totals) -> Self {
+        Totals {
+            timers: (self.timers + after.timers).saturating_sub(before.timers),
+            state_bytes: (self.state_bytes + after.state_bytes).saturating_sub(before.state_bytes),
+        }
     }
 }
 
@@ -160,6 +206,17 @@ mod tests {
         v[0] = FORMAT + 1;
         assert!(Entry::decode(&v).unwrap_err().contains("format"));
         assert!(Entry::decode(&v[..5]).is_err());
+    }
+
+    #[test]
+    fn totals_round_trip_follow_an_entry_and_refuse_other_lengths() {
+        let t = Totals { timers: 7, state_bytes: 1 << 40 };
+        assert_eq!(Totals::decode(&t.encode()).unwrap(), t);
+        assert!(Totals::decode(&t.encode()[..15]).is_err());
+        let before = Entry { timers: 2, state: Some(vec![0; 10]), ..Entry::default() };
+        let after = Entry { timers: 5, state: None, ..Entry::default() };
+        assert_eq!(t.with(before.footprint(), after.footprint()), Totals { timers: 10, state_bytes: (1 << 40) - 10 });
+        assert_eq!(Totals::default().with(before.footprint(), Totals::default()), Totals::default());
     }
 
     #[test]

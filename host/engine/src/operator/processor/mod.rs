@@ -16,13 +16,18 @@
 //!
 //! An event is late when it is behind the watermark in force (less `allowed_lateness`): the
 //! event-time timers it could have moved may have fired.
+//!
+//! Besides each key's limits, the stage as a whole has a budget of timers and state
+//! (`budget.rs`): a key whose result would pass it is refused whole, its events dead letters
+//! naming the limit, and the batch goes on.
 
+mod budget;
 mod layout;
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use layout::Entry;
+use layout::{Entry, Totals};
 
 use super::{Advanced, FailedWindow, Opened, Operator, OperatorError, Processed};
 use crate::columns;
@@ -65,9 +70,11 @@ impl KeyedProcess {
     }
 
     /// Applies one key's result: its timers (cancelled first, then set), its state, its TTL
-    /// and its rows. `events_up_to` is the latest event time of the key's events in this call
-    /// (`None`: a timer call, which does not restart the TTL). Refused, with nothing applied,
-    /// when the key would have more timers than `limits.max_timers`.
+    /// and its rows, and what they change of the stage's `totals`. `events_up_to` is the latest
+    /// event time of the key's events in this call (`None`: a timer call, which does not restart
+    /// the TTL). Refused, with nothing applied, when the key would have more timers than
+    /// `limits.max_timers`, or the stage would pass its budget.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         state: &mut StateStore,
@@ -76,6 +83,7 @@ impl KeyedProcess {
         result: KeyResult,
         events_up_to: Option<i64>,
         out: &mut Rows,
+        totals: &mut Totals,
     ) -> Result<Result<(), PluginError>, OperatorError> {
         // What the TTL index and the entry itself held before, then the entry to change.
         let expiry = |e: &Entry| {
@@ -88,6 +96,7 @@ impl KeyedProcess {
         let old_expiry = before.as_ref().filter(|e| e.state.is_some()).and_then(expiry);
         let existed = before.is_some();
         let mut entry = before.unwrap_or(Entry { touched_event: i64::MIN, ..Entry::default() });
+        let was = entry.footprint();
         // Timer changes, deduplicated, against what is set.
         let mut changes: BTreeMap<Timer, bool> = BTreeMap::new();
         for t in result.delete_timers {
@@ -100,7 +109,8 @@ impl KeyedProcess {
         let mut writes = Vec::new();
         for (t, set) in changes {
             let k = layout::timer_entry(t, key);
-            let exists = state.get(&k)?.is_some();
+            // A key with no timers set has none to look up: a new key's, most of a fan-out's.
+            let exists = entry.timers > 0 && state.get(&k)?.is_some();
             match (exists, set) {
                 (false, true) => timers += 1,
                 (true, false) => timers -= 1,
@@ -109,9 +119,15 @@ impl KeyedProcess {
             writes.push((k, set));
         }
         let max = self.plugin.max_timers();
+        let refused = |limit| Ok(Err(PluginError::Limit { stage: self.plugin.stage().to_string(), limit }));
         if timers > max as i64 {
-            let stage = self.plugin.stage().to_string();
-            return Ok(Err(PluginError::Limit { stage, limit: LimitExceeded::Timers { max } }));
+            return refused(LimitExceeded::Timers { max });
+        }
+        let will =
+            Totals { timers: timers.max(0) as u64, state_bytes: result.state.as_ref().map_or(0, Vec::len) as u64 };
+        match budget::check(self.plugin.stage_budget(), *totals, was, will) {
+            Ok(next) => *totals = next,
+            Err(limit) => return refused(limit),
         }
         for (k, set) in writes {
             if set {
@@ -179,9 +195,12 @@ impl KeyedProcess {
         if due.is_empty() {
             return Ok(advanced);
         }
+        let was = budget::read(state)?;
+        let mut totals = was;
         let mut keys = Vec::with_capacity(due.len());
         for (key, timers) in due.iter_mut() {
             timers.sort_by_key(|t| (t.at, t.domain));
+            totals.timers = totals.timers.saturating_sub(timers.len() as u64);
             // The fired timers are gone, whatever the plugin makes of them.
             let mut entry = Self::entry(state, key)?.unwrap_or_default();
             entry.timers = entry.timers.saturating_sub(timers.len() as u32);
@@ -191,7 +210,7 @@ impl KeyedProcess {
         let fired: Vec<&Vec<Timer>> = due.values().collect();
         let (plugin, policy) = (&mut self.plugin, &self.policy);
         let bytes = |i: usize| state_bytes(&keys[i].1) + fired[i].len() * 16;
-        let chunks = calls(keys.len(), bytes, plugin.max_call_bytes());
+        let chunks = calls(keys.len(), bytes, plugin.max_timers(), plugin.max_call_bytes());
         let results = isolate::each(chunks, &policy.failure, &policy.stop, |r| {
             let keyed = keyed(&keys[r.clone()]);
             let mut flat = Vec::new();
@@ -207,7 +226,7 @@ impl KeyedProcess {
             let refused = match result {
                 Ok(result) => {
                     let before = rows_in(out);
-                    match self.apply(state, &key, Some(entry.clone()), result, None, out)? {
+                    match self.apply(state, &key, Some(entry.clone()), result, None, out, &mut totals)? {
                         Ok(()) => {
                             advanced.emitted += rows_in(out) - before;
                             continue;
@@ -233,6 +252,7 @@ impl KeyedProcess {
                 error: refused,
             });
         }
+        budget::write(state, was, totals);
         Ok(advanced)
     }
 
@@ -242,13 +262,18 @@ impl KeyedProcess {
         if now == i64::MIN {
             return Ok(());
         }
+        let was = budget::read(state)?;
+        let mut totals = was;
         for (k, _) in state.range(&layout::expiry_entry(i64::MIN, &[]), &layout::expiry_through(now))? {
             let (_, key) = layout::expiry_of_entry(&k).ok_or_else(|| corrupt(&k, "an expiry entry".into()))?;
             let key = key.to_vec();
             state.delete(k);
             let Some(mut entry) = Self::entry(state, &key)? else { continue };
-            if entry.state.take().is_some() && self.spec.tombstones {
-                out.push_tombstone(&key, now)?;
+            if let Some(gone) = entry.state.take() {
+                totals.state_bytes = totals.state_bytes.saturating_sub(gone.len() as u64);
+                if self.spec.tombstones {
+                    out.push_tombstone(&key, now)?;
+                }
             }
             let k = layout::key_entry(&key);
             if entry.is_empty() {
@@ -257,6 +282,7 @@ impl KeyedProcess {
                 state.put(k, entry.encode());
             }
         }
+        budget::write(state, was, totals);
         Ok(())
     }
 }
@@ -277,9 +303,13 @@ fn keyed(keys: &[(Vec<u8>, Option<Entry>)]) -> Vec<Keyed> {
     keys.iter().map(|(key, e)| Keyed { key: key.clone(), state: e.as_ref().and_then(|e| e.state.clone()) }).collect()
 }
 
-/// Cuts `n` keys into calls of at most [`KEYS_PER_CALL`] keys and about half of `max_bytes`.
-fn calls(n: usize, bytes: impl Fn(usize) -> usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
-    isolate::calls(n, KEYS_PER_CALL, bytes, max_bytes / 2)
+/// Cuts `n` keys into calls of at most [`KEYS_PER_CALL`] keys and about half of `max_bytes`,
+/// counting for each key its input and the timers it may set (`max_timers`): a call whose every
+/// key sets all it may still fits the output cap, so a plugin that fans timers out neither fails
+/// its calls on the cap nor grows its memory, or the host's copy, past one call's worth.
+fn calls(n: usize, bytes: impl Fn(usize) -> usize, max_timers: usize, max_bytes: usize) -> Vec<std::ops::Range<usize>> {
+    let timer_bytes = max_timers.saturating_mul(size_of::<Timer>());
+    isolate::calls(n, KEYS_PER_CALL, |i| bytes(i).saturating_add(timer_bytes), max_bytes / 2)
 }
 
 impl Operator for KeyedProcess {
@@ -287,7 +317,10 @@ impl Operator for KeyedProcess {
         let to = self.plugin.state_version()?;
         let from = match restored_version {
             Some(from) if from != to => from,
-            _ => return Ok(Opened { state_version: Some(to), migrated: None }),
+            _ => {
+                budget::count_if_missing(state)?;
+                return Ok(Opened { state_version: Some(to), migrated: None });
+            }
         };
         let mut with_state = Vec::new();
         let (from_key, to_key) = layout::all_keys();
@@ -306,6 +339,7 @@ impl Operator for KeyedProcess {
                 state.put(k.clone(), entry.encode());
             }
         }
+        budget::recount(state)?;
         Ok(Opened { state_version: Some(to), migrated: Some(with_state.len()) })
     }
 
@@ -365,7 +399,9 @@ impl Operator for KeyedProcess {
                 + members[start_of(k)..ends[k] as usize].iter().map(|&i| row_bytes(i)).sum::<usize>()
         };
         let clock = self.clock(watermark);
-        for r in calls(keys.len(), bytes, self.plugin.max_call_bytes()) {
+        let was = budget::read(state)?;
+        let mut totals = was;
+        for r in calls(keys.len(), bytes, self.plugin.max_timers(), self.plugin.max_call_bytes()) {
             let keyed = keyed(&keys[r.clone()]);
             let base = start_of(r.start);
             let chunk_ends: Vec<u32> = ends[r.clone()].iter().map(|&e| e - base as u32).collect();
@@ -373,9 +409,19 @@ impl Operator for KeyedProcess {
             let results = self.plugin.process(clock, &keyed, events, chunk, &chunk_ends)?;
             for (k, result) in r.zip(results) {
                 let before = keys[k].1.take(); // each key is in one call: its entry is needed once
-                self.apply(state, &keys[k].0, before, result, Some(latest[k]), out)??;
+                match self.apply(state, &keys[k].0, before, result, Some(latest[k]), out, &mut totals)? {
+                    Ok(()) => {}
+                    Err(e) if budget::refused_by_budget(&e) => {
+                        let why = e.to_string();
+                        let events = &members[start_of(k)..ends[k] as usize];
+                        set_aside.over_limit.extend(events.iter().map(|&i| (i, why.clone())));
+                    }
+                    Err(e) => return Err(e.into()),
+                }
             }
         }
+        budget::write(state, was, totals);
+        set_aside.over_limit.sort_unstable_by_key(|(i, _)| *i);
         Ok(set_aside)
     }
 
@@ -400,9 +446,11 @@ impl Operator for KeyedProcess {
     fn horizon(&self, state: &StateStore) -> Result<Option<i64>, OperatorError> {
         // Processor state is never final; what a flush can still make happen is the event-time
         // timers that are set, up to the latest of them.
-        let timers = state
-            .range(&layout::timers_from(TimeDomain::EventTime, i64::MIN), &layout::timers_end(TimeDomain::EventTime))?;
-        Ok(timers.last().and_then(|(k, _)| layout::timer_of_entry(k)).map(|(t, _)| t.at))
+        let last = state.last_in_range(
+            &layout::timers_from(TimeDomain::EventTime, i64::MIN),
+            &layout::timers_end(TimeDomain::EventTime),
+        )?;
+        Ok(last.and_then(|(k, _)| layout::timer_of_entry(&k).map(|(t, _)| t.at)))
     }
 
     fn stage(&self) -> &str {

@@ -1,5 +1,6 @@
 //! The keyed processor against a native plugin, batch by batch: timers on both clocks fire once
-//! and only when due, TTL on both clocks, the timer cap, lateness, the flush horizon.
+//! and only when due, TTL on both clocks, the timer cap and the stage's budget, lateness, the
+//! flush horizon.
 
 use super::*;
 use crate::pipeline::Ttl;
@@ -11,6 +12,7 @@ use crate::watermark::NONE;
 /// `{"key","fired"}` and leave the state as it is.
 struct Counter {
     max_timers: usize,
+    budget: crate::plugin::StageBudget,
     /// The event times `process` saw, in the order it saw them.
     seen: std::sync::Arc<std::sync::Mutex<Vec<i64>>>,
 }
@@ -94,12 +96,16 @@ impl ProcessFns for Counter {
     fn max_timers(&self) -> usize {
         self.max_timers
     }
+
+    fn stage_budget(&self) -> crate::plugin::StageBudget {
+        self.budget
+    }
 }
 
 use crate::testing::policy;
 
 fn operator(ttl: Option<Ttl>, max_timers: usize) -> KeyedProcess {
-    let counter = Counter { max_timers, seen: Default::default() };
+    let counter = Counter { budget: Default::default(), max_timers, seen: Default::default() };
     KeyedProcess::new(Process { plugin: spec(), key: None, ttl, tombstones: false }, 0, Box::new(counter), policy())
 }
 
@@ -242,7 +248,7 @@ fn events_behind_the_watermark_are_late_and_change_nothing() {
 #[test]
 fn keys_reach_the_plugin_in_key_order_and_their_events_in_event_time_order() {
     let seen = std::sync::Arc::default();
-    let counter = Counter { max_timers: 10, seen: std::sync::Arc::clone(&seen) };
+    let counter = Counter { budget: Default::default(), max_timers: 10, seen: std::sync::Arc::clone(&seen) };
     let mut h = Harness::new(KeyedProcess::new(
         Process { plugin: spec(), key: None, ttl: None, tombstones: false },
         0,
@@ -289,7 +295,7 @@ fn another_state_version_migrates_every_key_s_state_and_keeps_its_timers() {
     h.batch(0, &[(1, "a", "\"timer\":50"), (2, "a", ""), (3, "b", "")], NONE);
     let meta = b"{}".to_vec();
     h.state.commit(&meta, &mut crate::checkpoint::Syncs::default()).unwrap();
-    let v2 = Migrating(Counter { max_timers: 10, seen: Default::default() });
+    let v2 = Migrating(Counter { budget: Default::default(), max_timers: 10, seen: Default::default() });
     let mut op = KeyedProcess::new(
         Process { plugin: spec(), key: None, ttl: None, tombstones: false },
         0,
@@ -306,7 +312,7 @@ fn another_state_version_migrates_every_key_s_state_and_keeps_its_timers() {
 #[test]
 fn rows_carry_the_key_and_a_key_whose_state_expires_leaves_a_tombstone() {
     let ttl = Ttl { ms: 100, clock: TtlClock::EventTime };
-    let counter = Counter { max_timers: 10, seen: Default::default() };
+    let counter = Counter { budget: Default::default(), max_timers: 10, seen: Default::default() };
     let spec = Process { plugin: spec(), key: None, ttl: Some(ttl), tombstones: true };
     let mut h = Harness::new(KeyedProcess::new(spec, 0, Box::new(counter), policy()));
     let keyed = |h: &mut Harness, items: &[(i64, &str, &str)], to: i64| {
@@ -324,4 +330,52 @@ fn rows_carry_the_key_and_a_key_whose_state_expires_leaves_a_tombstone() {
     assert_eq!(keyed(&mut h, &[], 1_100), vec![("a".to_string(), String::new())]);
     assert_eq!(keyed(&mut h, &[], 1_200), vec![("b".to_string(), String::new())]);
     assert!(keyed(&mut h, &[], 1_300).is_empty());
+}
+
+fn budgeted(timers: u64, state_bytes: u64) -> KeyedProcess {
+    let budget = crate::plugin::StageBudget { timers, state_bytes };
+    let counter = Counter { budget, max_timers: 10, seen: Default::default() };
+    KeyedProcess::new(
+        Process { plugin: spec(), key: None, ttl: None, tombstones: false },
+        0,
+        Box::new(counter),
+        policy(),
+    )
+}
+
+#[test]
+fn a_key_past_the_stage_s_timer_budget_is_refused_whole_and_the_others_go_on() {
+    let mut h = Harness::new(budgeted(5, 1 << 20));
+    let t = |at: i64| format!("\"timer\":{at}");
+    let (a, b, c) = (t(10), t(11), t(12));
+    let items = [(1, "a", a.as_str()), (2, "a", b.as_str()), (3, "b", a.as_str()), (4, "b", b.as_str())];
+    let (out, set_aside) = h.batch(0, &[&items[..], &[(5, "c", &a), (6, "c", &b)]].concat(), NONE);
+    // Keys go in byte order: a and b hold 4 timers, c's 2 more would make 6.
+    assert_eq!(out, [r#"{"key":"a","n":1}"#, r#"{"key":"a","n":2}"#, r#"{"key":"b","n":1}"#, r#"{"key":"b","n":2}"#]);
+    assert_eq!(set_aside.over_limit.iter().map(|(i, _)| *i).collect::<Vec<_>>(), vec![4, 5]);
+    assert!(set_aside.over_limit[0].1.contains("limits.max_stage_timers"), "{:?}", set_aside.over_limit);
+    // Nothing of c was kept; the budget holds across a commit and a reopen of the operator.
+    h.state.commit(b"{}", &mut crate::checkpoint::Syncs::default()).unwrap();
+    h.op = budgeted(5, 1 << 20);
+    h.op.open(&mut h.state, Some(1)).unwrap();
+    let (out, set_aside) = h.batch(0, &[(7, "c", &a), (8, "c", &b)], NONE);
+    assert_eq!((out.len(), set_aside.over_limit.len()), (0, 2), "still 4 set: {out:?}");
+    // Cancelling one of a's makes room for one of c's; a timer that fires gives its room back.
+    h.batch(0, &[(9, "a", "\"cancel\":10")], NONE);
+    let (out, set_aside) = h.batch(0, &[(10, "c", &c)], NONE);
+    assert_eq!((out, set_aside.over_limit.len()), (vec![r#"{"key":"c","n":1}"#.to_string()], 0));
+    h.batch(0, &[], 11);
+    let (out, _) = h.batch(0, &[(12, "b", &t(20)), (13, "a", &t(21))], 11);
+    assert_eq!(out.len(), 2, "three fired at 11, two set: {out:?}");
+}
+
+#[test]
+fn a_key_whose_state_would_pass_the_stage_s_state_budget_is_refused_and_one_that_does_not_grow_is_not() {
+    // Each count is one or two decimal digits: five keys of one byte each, then a sixth is over.
+    let mut h = Harness::new(budgeted(100, 5));
+    let (out, set_aside) = h.batch(0, &[(1, "a", ""), (1, "b", ""), (1, "c", ""), (1, "d", ""), (1, "e", "")], NONE);
+    assert_eq!((out.len(), set_aside.over_limit.len()), (5, 0));
+    let (out, set_aside) = h.batch(0, &[(2, "f", ""), (2, "a", "")], NONE);
+    assert_eq!(out.len(), 1, "a's count of 2 is one byte, as its 1 was: {out:?}");
+    assert!(set_aside.over_limit[0].1.contains("limits.max_stage_state_mb"), "{:?}", set_aside.over_limit);
 }
