@@ -184,7 +184,7 @@ fn two_flows_append_to_one_stream_each_row_once_through_kill_9() {
 }
 
 /// A project of `flows` (name → flow file body) over `datasets` (a `[datasets]` body).
-fn small_project(dir: &Path, datasets: &str, flows: &[(&str, &str)]) -> PathBuf {
+pub(crate) fn small_project(dir: &Path, datasets: &str, flows: &[(&str, &str)]) -> PathBuf {
     let list: Vec<String> = flows.iter().map(|(n, _)| format!("\"{n}.toml\"")).collect();
     std::fs::write(dir.join("weir.toml"), format!("name = \"p\"\nflows = [{}]\n{datasets}", list.join(", "))).unwrap();
     let parser = crate::common::component("orders_json");
@@ -196,13 +196,13 @@ fn small_project(dir: &Path, datasets: &str, flows: &[(&str, &str)]) -> PathBuf 
     dir.to_path_buf()
 }
 
-fn refused(project: &Path) -> String {
+pub(crate) fn refused(project: &Path) -> String {
     let out = weir().arg("validate").arg(project).output().unwrap();
     assert_eq!(out.status.code(), Some(2), "validate should refuse: {}", String::from_utf8_lossy(&out.stdout));
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-const FROM_FILE: &str = "[source]\ntype = \"replay\"\npath = \"orders.jsonl\"\n";
+pub(crate) const FROM_FILE: &str = "[source]\ntype = \"replay\"\npath = \"orders.jsonl\"\n";
 
 #[test]
 fn validate_refuses_a_cycle_a_missing_dataset_a_role_mismatch_and_an_unkeyed_table() {

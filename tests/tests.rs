@@ -17,6 +17,7 @@ mod kafka_mock;
 mod pipeline;
 mod processor;
 mod project;
+mod project_grants;
 mod python;
 mod readme;
 mod restart;

@@ -12,6 +12,7 @@
 pub mod bases;
 mod file;
 pub mod graph;
+mod reach;
 pub mod read;
 pub mod refresh;
 pub mod run;
@@ -45,6 +46,9 @@ pub enum ProjectError {
     /// Where the Kafka-backed datasets begin could not be read.
     #[error(transparent)]
     Bases(#[from] refresh::RefreshError),
+    /// A flow's plugin is granted a place the host keeps for the project (`reach.rs`).
+    #[error("{}: {error}", path.display())]
+    Grant { path: PathBuf, error: crate::plugin::PluginError },
 }
 
 /// What `weir test` changes of a project: where its state goes, recorded events in place of
@@ -229,7 +233,9 @@ impl Project {
         for fl in &mut flows {
             resolve(fl, &datasets, bounded);
         }
-        Ok(Project { name: f.name, state, datasets, flows, bounded })
+        let project = Project { name: f.name, state, datasets, flows, bounded };
+        reach::keep_flows_clear(&project, &path)?;
+        Ok(project)
     }
 
     /// The flows that write `dataset`.

@@ -125,8 +125,9 @@ impl Grants {
 
 /// One of the host's own places a grant must stay clear of.
 pub struct Own<'a> {
-    /// What it is, for the error: "the checkpoint", "the dead-letter file", ...
-    pub what: &'static str,
+    /// What it is, for the error: "the checkpoint", "the dead-letter file", "flow `b`'s
+    /// checkpoint", ...
+    pub what: std::borrow::Cow<'a, str>,
     pub path: &'a Path,
     /// Any grant near it is refused (the checkpoint, the component cache: a read grant would
     /// show a plugin other pipelines' state or code); otherwise only a writable grant over it
@@ -138,7 +139,7 @@ impl Grants {
     /// Refuses a directory grant that reaches one of the host's own places: contains it, or
     /// lies inside it.
     pub fn keep_clear_of(&self, stage: &str, own: &[Own]) -> Result<(), PluginError> {
-        for d in &self.dirs {
+        for (i, d) in self.dirs.iter().enumerate() {
             let dir = resolved(&d.host);
             for o in own.iter().filter(|o| o.any_grant || d.writable) {
                 // Where the path leads, and where its last component itself lies: a link planted
@@ -148,7 +149,7 @@ impl Grants {
                 if places.iter().any(|path| path.starts_with(&dir) || (o.any_grant && dir.starts_with(path))) {
                     return Err(PluginError::Grant {
                         stage: stage.to_string(),
-                        what: format!("directory {}", d.host.display()),
+                        what: format!("directory {} (grants.dirs[{i}])", d.host.display()),
                         message: format!(
                             "it reaches {} ({}), which only the host may touch; grant a directory of its own",
                             o.what,
@@ -326,8 +327,8 @@ mod tests {
         let checkpoint = dir.path().join("cp");
         let dead = out.join("dead-letters.jsonl");
         let own = [
-            Own { what: "the checkpoint", path: &checkpoint, any_grant: true },
-            Own { what: "the dead-letter file", path: &dead, any_grant: false },
+            Own { what: "the checkpoint".into(), path: &checkpoint, any_grant: true },
+            Own { what: "the dead-letter file".into(), path: &dead, any_grant: false },
         ];
         let e = grant(&out, true).keep_clear_of("s", &own).unwrap_err().to_string();
         assert!(e.contains("the dead-letter file") && e.contains("grant a directory of its own"), "{e}");

@@ -150,12 +150,12 @@ pub fn keep_neighbours_clear(runs: &[(&Pipeline, &RunOptions)]) -> Result<(), Ru
         for (other, opts) in runs.iter().enumerate().filter(|(j, _)| *j != i).map(|(_, r)| r) {
             let files = host_files(other, opts);
             let mut own = vec![
-                Own { what: "another pipeline's checkpoint", path: &opts.checkpoint, any_grant: true },
+                Own { what: "another pipeline's checkpoint".into(), path: &opts.checkpoint, any_grant: true },
                 // Any grant: another tenant's side outputs hold its records.
-                Own { what: "another pipeline's dead-letter file", path: &files.dead, any_grant: true },
+                Own { what: "another pipeline's dead-letter file".into(), path: &files.dead, any_grant: true },
             ];
             if let Some(path) = files.late.as_deref() {
-                own.push(Own { what: "another pipeline's late-event file", path, any_grant: true });
+                own.push(Own { what: "another pipeline's late-event file".into(), path, any_grant: true });
             }
             for stage in pipeline.stages() {
                 stage.grants.keep_clear_of(&stage.name, &own)?;
@@ -175,14 +175,14 @@ fn keep_grants_clear(
     cache: Option<&Path>,
 ) -> Result<(), RunError> {
     let mut own = vec![
-        Own { what: "the checkpoint", path: checkpoint, any_grant: true },
-        Own { what: "the dead-letter file", path: dead, any_grant: false },
+        Own { what: "the checkpoint".into(), path: checkpoint, any_grant: true },
+        Own { what: "the dead-letter file".into(), path: dead, any_grant: false },
     ];
     if let Some(path) = late {
-        own.push(Own { what: "the late-event file", path, any_grant: false });
+        own.push(Own { what: "the late-event file".into(), path, any_grant: false });
     }
     if let Some(path) = cache {
-        own.push(Own { what: "the compiled-component cache", path, any_grant: true });
+        own.push(Own { what: "the compiled-component cache".into(), path, any_grant: true });
     }
     for stage in pipeline.stages() {
         stage.grants.keep_clear_of(&stage.name, &own)?;
