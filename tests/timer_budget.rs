@@ -2,13 +2,15 @@
 //! on every key it sees (the hostile plugin's `fanout`), over 10,000 keys, under the default
 //! limits: the stage's budget (`limits.max_stage_timers`) caps the total, each key past it is a
 //! dead letter naming the limit, every other key's count is exact, and the host's peak memory
-//! stays within a small multiple of the same run without timers.
+//! stays within a small multiple of the same run without timers. Through repeated `kill -9`
+//! the same keys are refused and the same rows delivered as in an uninterrupted run: the
+//! stage's totals are state, committed with each batch.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::{component, json_lines, weir};
+use crate::common::{component, file_sink, json_lines, kill_repeatedly, ok, sink_rows, weir};
 
 const KEYS: u64 = 10_000;
 
@@ -103,4 +105,45 @@ fn a_timer_fan_out_over_ten_thousand_keys_is_capped_by_the_stage_s_budget() {
     assert!(taken * 1_000 <= 100_000, "{taken} keys took 1,000 timers each");
     eprintln!("peak RSS: {fanout_kb} KiB with the fan-out, {plain_kb} KiB without");
     assert!(fanout_kb <= 4 * plain_kb, "peak RSS {fanout_kb} KiB against {plain_kb} KiB without timers");
+}
+
+/// The fan-out into the file sink, with its checkpoint and dead letters under `run`.
+fn delivering(dir: &Path, events: &Path, run: &str) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let (out, dead) = (dir.join(run).join("out"), dir.join(run).join("dead-letters.jsonl"));
+    std::fs::create_dir_all(&out).unwrap();
+    let text = std::fs::read_to_string(pipeline(dir, events)).unwrap();
+    let text = format!(
+        "{text}{}[checkpoint]\nlocation = \"{}\"\n[dead_letter]\npath = \"{}\"\n",
+        file_sink(&out),
+        dir.join(run).join("checkpoint").display(),
+        dead.display()
+    );
+    let p = dir.join(format!("{run}.toml"));
+    std::fs::write(&p, text).unwrap();
+    (p, out, dead)
+}
+
+/// What a run delivered and refused: its rows, and its dead letters' (value, error), sorted.
+fn outcome(out: &Path, dead: &Path) -> (Vec<String>, Vec<(String, String)>) {
+    let mut rows: Vec<String> = sink_rows(out).iter().map(|r| r.to_string()).collect();
+    rows.sort();
+    let text = std::fs::read_to_string(dead).unwrap_or_default();
+    let mut letters: Vec<(String, String)> =
+        json_lines(&text).iter().map(|d| (d["value"].to_string(), d["error"].to_string())).collect();
+    letters.sort();
+    (rows, letters)
+}
+
+#[test]
+fn the_budget_refuses_the_same_keys_through_repeated_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    let fanout = events(dir.path(), true);
+    let (p, out, dead) = delivering(dir.path(), &fanout, "whole");
+    ok(weir().arg("run").arg(&p).output().unwrap());
+    let whole = outcome(&out, &dead);
+    assert!(!whole.1.is_empty() && !whole.0.is_empty(), "some keys refused, some taken");
+    let (p, out, dead) = delivering(dir.path(), &fanout, "killed");
+    let kills = kill_repeatedly(&p, 8);
+    assert!(kills >= 3, "only {kills} kills landed");
+    assert_eq!(outcome(&out, &dead), whole);
 }
