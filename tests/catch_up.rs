@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::common::apache_kafka::ApacheKafka;
 use crate::common::kafka::*;
 use crate::common::*;
 
@@ -106,7 +107,7 @@ fn a_flushed_run_remembers_what_it_emitted_and_keeps_the_real_watermark() {
 #[test]
 fn a_topic_that_grows_between_available_now_runs_gives_the_rows_of_one_run() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
+    let broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", 2);
     let events = orders(dir.path(), 40_000, 23);
     let (kept, dropped) = kept_orders(&events);

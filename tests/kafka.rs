@@ -1,6 +1,6 @@
-//! The orders pipeline from a real Kafka-protocol broker (tansu, a separate process with its
-//! data on disk): exactly-once under repeated `kill -9` of `weir`, a broker restart mid-run,
-//! SIGTERM, `weir inspect`, and `weir record` feeding `weir test`.
+//! The orders pipeline from Apache Kafka (a KRaft broker on loopback, its data on disk):
+//! exactly-once under repeated `kill -9` of `weir`, a broker restart mid-run, SIGTERM, `weir
+//! inspect`, `weir record` feeding `weir test`, and a tenant's Kafka pipeline on `weir serve`.
 //!
 //! Every run is compared with the reference result (the oracle's rule for late events) and,
 //! where batches are involved, with an uninterrupted run row for row.
@@ -9,6 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
+use crate::common::apache_kafka::ApacheKafka;
 use crate::common::kafka::*;
 use crate::common::*;
 
@@ -49,7 +50,7 @@ fn spawn_run(p: &Path) -> Child {
 #[test]
 fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
+    let broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 200_000, 21);
     assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false), 200_000);
@@ -83,7 +84,7 @@ fn kafka_orders_are_exactly_once_through_repeated_kill_9() {
 #[test]
 fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut broker = Tansu::start(&dir.path().join("tansu"));
+    let mut broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 60_000, 5);
     produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
@@ -143,7 +144,7 @@ fn a_broker_restart_mid_run_is_waited_out_and_loses_nothing() {
 #[test]
 fn sigterm_commits_and_exits_zero_and_the_run_resumes_from_there() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
+    let broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 40_000, 8);
     produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
@@ -176,7 +177,7 @@ fn sigterm_commits_and_exits_zero_and_the_run_resumes_from_there() {
 #[test]
 fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
+    let broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 30_000, 3);
     produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false);
@@ -226,7 +227,7 @@ fn a_recorded_topic_replays_to_the_same_windows_with_weir_test() {
 fn a_tenant_s_pipeline_on_weir_serve_reads_kafka_to_the_reference_windows() {
     use crate::common::serve::*;
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
+    let broker = ApacheKafka::start(&dir.path().join("kafka"));
     broker.create_topic("orders", PARTITIONS);
     let events = orders(dir.path(), 50_000, 23);
     assert_eq!(produce_lines(&broker.brokers(), "orders", PARTITIONS as i32, &events, false), 50_000);

@@ -14,6 +14,8 @@ mod dedup;
 mod join;
 mod kafka;
 mod kafka_mock;
+mod kafka_sources;
+mod kafka_transactions;
 mod pipeline;
 mod processor;
 mod project;

@@ -1,6 +1,8 @@
-//! Brokers for the Kafka tests: tansu (a real Kafka-protocol broker, a separate process, data
-//! in SQLite on disk, killable and restartable) and librdkafka's in-process mock cluster for
-//! the fast tests.
+//! What the Kafka tests share, whatever their broker (Apache Kafka, `apache_kafka.rs`; tansu,
+//! here; librdkafka's in-process mock cluster): producing the orders, reading a topic back with
+//! `read_committed`, the pipelines into Kafka. tansu (a Kafka-protocol broker, a separate
+//! process, data in SQLite on disk, killable and restartable) runs the scale-out suite until it
+//! moves to Apache Kafka.
 //!
 //! What each can and cannot do: tansu keeps its data on disk and can be killed and restarted,
 //! but has no transactions, and spins at 100% CPU on records with headers; the mock cluster has
@@ -214,4 +216,57 @@ pub fn kafka_source(brokers: &str, topic: &str, max_offsets_per_trigger: usize) 
         "type = \"kafka\"\ntopics = [\"{topic}\"]\nmax_offsets_per_trigger = {max_offsets_per_trigger}\n\
          kafka.bootstrap.servers = \"{brokers}\"\nkafka.fetch.wait.max.ms = 10"
     )
+}
+
+/// The orders pipeline from the broker's `orders` topic into its `windows` topic through the
+/// native transactional Kafka sink, its checkpoint under `dir` named by the caller, so that two
+/// runs can be two checkpoint identities.
+pub fn to_kafka(dir: &std::path::Path, brokers: &str, checkpoint: &str) -> std::path::PathBuf {
+    let extra = format!(
+        "[sink]\ntype = \"kafka\"\ntopic = \"windows\"\nkafka.bootstrap.servers = \"{brokers}\"\n\
+         [checkpoint]\nlocation = \"{}\"",
+        dir.join(checkpoint).display()
+    );
+    let source = kafka_source(brokers, "orders", 2_000);
+    let flush = "flush_at_end = true";
+    crate::common::pipeline(
+        dir,
+        crate::common::Spec {
+            window: crate::common::TUMBLING,
+            watermark: flush,
+            extra: &extra,
+            source: &source,
+            ..Default::default()
+        },
+    )
+}
+
+/// Everything in the `windows` topic, up to a marker produced at the end of each partition now.
+pub fn read_to_markers(brokers: &str) -> Vec<Out> {
+    produce_markers(brokers, 2);
+    let markers = |o: &[Out]| o.iter().filter(|r| r.value["marker"] == true).count() == 2;
+    let mut all = read_topic(brokers, "windows", markers, Duration::from_secs(30));
+    all.retain(|o| o.value["marker"] != true);
+    all
+}
+
+/// Output rows by the checkpoint that delivered them.
+pub fn per_checkpoint(out: &[Out]) -> std::collections::BTreeMap<String, Vec<serde_json::Value>> {
+    let mut by = std::collections::BTreeMap::<String, Vec<serde_json::Value>>::new();
+    for o in out {
+        let checkpoint = o.checkpoint.clone().expect("every message carries its checkpoint");
+        by.entry(checkpoint).or_default().push(o.value.clone());
+    }
+    by
+}
+
+pub fn produce_markers(brokers: &str, partitions: i32) {
+    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
+    let p: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
+    for part in 0..partitions {
+        p.send(BaseRecord::<(), str>::to("windows").payload("{\"marker\":true}").partition(part))
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    p.flush(Duration::from_secs(10)).unwrap();
 }

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod apache_kafka;
 pub mod kafka;
 pub mod medallion;
 pub mod serve;

@@ -6,8 +6,6 @@ use crate::common::kafka::*;
 use crate::common::*;
 use rdkafka::mocking::MockCluster;
 
-use super::support::to_kafka;
-
 /// Progress in Spark's shape: each batch names the checkpoint (`id`, the same across runs) and
 /// the run (`runId`, new at each start), and gives its source's start, end and latest offsets
 /// per partition, with the lag between them, and its events' earliest and latest event time.

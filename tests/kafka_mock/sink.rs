@@ -9,8 +9,6 @@ use crate::common::kafka::*;
 use crate::common::*;
 use rdkafka::mocking::MockCluster;
 
-use super::support::to_kafka;
-
 #[test]
 fn the_kafka_sink_writes_each_batch_in_a_transaction_once() {
     let cluster = MockCluster::new(1).unwrap();
@@ -68,36 +66,6 @@ fn the_kafka_sink_writes_each_window_once_through_repeated_kill_9() {
     for rows in by_checkpoint.values() {
         assert_eq!(windows_of(rows), sliding_reference(&kept, 60_000, 60_000), "each window once");
     }
-}
-
-/// Everything in the `windows` topic, up to a marker produced at the end of each partition now.
-fn read_to_markers(brokers: &str) -> Vec<Out> {
-    produce_markers(brokers, 2);
-    let markers = |o: &[Out]| o.iter().filter(|r| r.value["marker"] == true).count() == 2;
-    let mut all = read_topic(brokers, "windows", markers, Duration::from_secs(30));
-    all.retain(|o| o.value["marker"] != true);
-    all
-}
-
-/// Output rows by the checkpoint that delivered them.
-fn per_checkpoint(out: &[Out]) -> std::collections::BTreeMap<String, Vec<serde_json::Value>> {
-    let mut by = std::collections::BTreeMap::<String, Vec<serde_json::Value>>::new();
-    for o in out {
-        let checkpoint = o.checkpoint.clone().expect("every message carries its checkpoint");
-        by.entry(checkpoint).or_default().push(o.value.clone());
-    }
-    by
-}
-
-fn produce_markers(brokers: &str, partitions: i32) {
-    use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
-    let p: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
-    for part in 0..partitions {
-        p.send(BaseRecord::<(), str>::to("windows").payload("{\"marker\":true}").partition(part))
-            .map_err(|(e, _)| e)
-            .unwrap();
-    }
-    p.flush(Duration::from_secs(10)).unwrap();
 }
 
 /// A tenant's pipeline on `weir serve` from the embedded broker (the mock cluster) into one of

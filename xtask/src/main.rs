@@ -1,14 +1,18 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB; Graphviz; a Python
-//!   environment with the pinned componentize-py, in `~/.cache/weir-tools`).
+//!   environment with the pinned componentize-py and the Apache Kafka broker's jars, in
+//!   `~/.cache/weir-tools`).
 //! - `build`: the host and every plugin in release mode, the Python ones with `weir build`;
 //!   components land in `plugins/dist/`, where pipeline files find them whatever
 //!   `CARGO_TARGET_DIR` is.
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
-//! - `test`: build, install the tansu broker if it is missing, then formatting, lints, the Python
-//!   SDK's tests and every test (the scale-out tests beside the others: `workspace_tests`).
+//! - `test`: build, install the tansu broker and fetch Apache Kafka's if they are missing, then
+//!   formatting, lints, the Python SDK's tests and every test (the scale-out tests beside the
+//!   others: `workspace_tests`).
+
+mod kafka;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -56,10 +60,13 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "setup" => setup(&[]).and_then(|()| python(&root)).map(drop),
+        "setup" => setup(&[]).and_then(|()| python(&root)).and_then(|_| kafka::kafka(&root)).map(drop),
         "build" => setup(&[]).and_then(|()| build(&root)),
         "demo" => setup(&[]).and_then(|()| build(&root)).and_then(|()| demo(&root)),
-        "test" => setup(TEST_PACKAGES).and_then(|()| build(&root)).and_then(|()| tansu()).and_then(|t| test(&root, t)),
+        "test" => setup(TEST_PACKAGES)
+            .and_then(|()| build(&root))
+            .and_then(|()| Ok((tansu()?, kafka::kafka(&root)?)))
+            .and_then(|brokers| test(&root, brokers)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -301,7 +308,7 @@ fn tansu() -> Result<PathBuf> {
     Ok(bin)
 }
 
-fn test(root: &Path, tansu: PathBuf) -> Result<()> {
+fn test(root: &Path, brokers: (PathBuf, PathBuf)) -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     let mut c = cargo();
@@ -330,7 +337,7 @@ fn test(root: &Path, tansu: PathBuf) -> Result<()> {
             .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
     }
     run(cargo().args(["test", "--release", "-p", "error-rate"]))?;
-    workspace_tests(&tansu, &python)
+    workspace_tests(&brokers, &python)
 }
 
 /// The test target that runs beside the others: its kill loops wait on consumer groups'
@@ -341,10 +348,11 @@ const BESIDE: &str = "scale_out";
 /// in one, its output held until it ends (so the log reads as one run after another), and
 /// every other target, then the doctests, in the other. One after the other they took 10.5
 /// minutes, six of them [`BESIDE`]'s.
-fn workspace_tests(tansu: &Path, python: &Path) -> Result<()> {
+fn workspace_tests((tansu, kafka): &(PathBuf, PathBuf), python: &Path) -> Result<()> {
     let test = |args: &[&str]| {
         let mut c = cargo();
-        c.args(["test", "--release"]).args(args).env("WEIR_TANSU", tansu).env("WEIR_PYTHON", python);
+        c.args(["test", "--release"]).args(args).env("WEIR_PYTHON", python);
+        c.env("WEIR_TANSU", tansu).env("WEIR_KAFKA", kafka);
         c
     };
     // Built first, so the lanes' own `cargo test` find everything fresh and only run.
