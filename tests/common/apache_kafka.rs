@@ -1,6 +1,8 @@
 //! Apache Kafka for the tests: the broker `cargo xtask setup` fetched (`xtask/kafka/pom.xml`
-//! pins its version), started on loopback in KRaft mode as one process that is both broker and
-//! controller, on free ports, with its data and its log in the test's own directory.
+//! pins its version), started on loopback in KRaft mode, each node one process that is both
+//! broker and controller, on free ports, with its data and its log in the test's own directory:
+//! one node for most tests, three (replication factor 3, `min.insync.replicas = 2`) for the
+//! fault tests.
 //!
 //! Its heap is fixed ([`HEAP`]) so that several brokers of tests running side by side fit on a
 //! 2-core, 24 GiB machine. A broker dropped while its test panics keeps its log, and says where.
@@ -17,6 +19,11 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 
 /// The broker's JVM heap, initial and most.
 const HEAP: &str = "384m";
+
+/// Each node's Log4j 2 configuration: INFO and up to `logs/server.log` in its directory.
+const LOG4J: &str = "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = file\nappender.file.type = File\n\
+                     appender.file.name = file\nappender.file.fileName = ${sys:kafka.logs.dir}/server.log\n\
+                     appender.file.layout.type = PatternLayout\nappender.file.layout.pattern = [%d] %p %m (%c)%n\n";
 
 /// Every test broker's cluster id (each has a data directory of its own).
 const CLUSTER_ID: &str = "V2VpclRlc3RDbHVzdGVyMA";
@@ -39,95 +46,140 @@ fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
-/// One Apache Kafka node (broker and controller), its data in `dir`.
-pub struct ApacheKafka {
+/// One node (broker and controller in one process): its process, directory and ports.
+struct Node {
     child: Option<Child>,
     dir: PathBuf,
     port: u16,
-    started: Instant,
+}
+
+impl Node {
+    fn log(&self) -> PathBuf {
+        self.dir.join("logs").join("server.log")
+    }
+}
+
+/// Apache Kafka on loopback: one node, or a cluster of several ([`ApacheKafka::cluster`]), their
+/// data under `dir`.
+pub struct ApacheKafka {
+    nodes: Vec<Node>,
 }
 
 impl ApacheKafka {
-    /// Formats the node's storage and starts it; returns once it answers a metadata request.
+    /// One node; returns once it answers a metadata request.
     pub fn start(dir: &Path) -> Self {
-        std::fs::create_dir_all(dir.join("logs")).unwrap();
-        let (port, controller) = (free_port(), free_port());
-        let config = format!(
-            "process.roles=broker,controller\nnode.id=1\ncontroller.quorum.voters=1@127.0.0.1:{controller}\n\
-             listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
-             advertised.listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
-             listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\nlog.dirs={data}\n\
-             offsets.topic.replication.factor=1\ntransaction.state.log.replication.factor=1\n\
-             transaction.state.log.min.isr=1\nshare.coordinator.state.topic.replication.factor=1\n\
-             share.coordinator.state.topic.min.isr=1\ngroup.initial.rebalance.delay.ms=0\n\
-             auto.create.topics.enable=false\n",
-            data = dir.join("data").display()
-        );
-        std::fs::write(dir.join("server.properties"), config).unwrap();
-        std::fs::write(
-            dir.join("log4j2.properties"),
-            "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = file\nappender.file.type = File\n\
-             appender.file.name = file\nappender.file.fileName = ${sys:kafka.logs.dir}/server.log\n\
-             appender.file.layout.type = PatternLayout\nappender.file.layout.pattern = [%d] %p %m (%c)%n\n",
-        )
-        .unwrap();
-        let format = java(dir)
-            .args(["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c"])
-            .arg(dir.join("server.properties"))
-            .output()
-            .unwrap();
-        assert!(format.status.success(), "kafka storage format: {}", String::from_utf8_lossy(&format.stderr));
-        let mut k = ApacheKafka { child: None, dir: dir.to_path_buf(), port, started: Instant::now() };
-        k.spawn();
+        Self::cluster(dir, 1)
+    }
+
+    /// `n` nodes, each a broker and a voter of the controller quorum. With three or more, topics
+    /// are replicated three times and a write needs two replicas (`min.insync.replicas = 2`),
+    /// internal topics included, so one node may fail without losing anything committed.
+    pub fn cluster(dir: &Path, n: usize) -> Self {
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let voters: Vec<String> =
+            ports.iter().enumerate().map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1)).collect();
+        let (replicas, min_isr) = if n >= 3 { (3, 2) } else { (n, 1) };
+        let mut nodes = Vec::new();
+        for (i, &(port, controller)) in ports.iter().enumerate() {
+            let dir = dir.join(format!("node-{}", i + 1));
+            std::fs::create_dir_all(dir.join("logs")).unwrap();
+            let config = format!(
+                "process.roles=broker,controller\nnode.id={id}\ncontroller.quorum.voters={voters}\n\
+                 listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}\n\
+                 advertised.listeners=PLAINTEXT://127.0.0.1:{port}\ncontroller.listener.names=CONTROLLER\n\
+                 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\nlog.dirs={data}\n\
+                 offsets.topic.replication.factor={replicas}\ntransaction.state.log.replication.factor={replicas}\n\
+                 transaction.state.log.min.isr={min_isr}\nshare.coordinator.state.topic.replication.factor={replicas}\n\
+                 share.coordinator.state.topic.min.isr={min_isr}\ndefault.replication.factor={replicas}\n\
+                 min.insync.replicas={min_isr}\ngroup.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n",
+                id = i + 1,
+                voters = voters.join(","),
+                data = dir.join("data").display()
+            );
+            std::fs::write(dir.join("server.properties"), config).unwrap();
+            std::fs::write(dir.join("log4j2.properties"), LOG4J).unwrap();
+            let format = java(&dir)
+                .args(["kafka.tools.StorageTool", "format", "-t", CLUSTER_ID, "-c"])
+                .arg(dir.join("server.properties"))
+                .output()
+                .unwrap();
+            assert!(format.status.success(), "kafka storage format: {}", String::from_utf8_lossy(&format.stderr));
+            nodes.push(Node { child: None, dir, port });
+        }
+        let mut k = ApacheKafka { nodes };
+        let started = Instant::now();
+        // All at once: a node waits for a majority of the quorum before it serves.
+        for i in 0..n {
+            k.spawn(i);
+        }
+        k.wait_ready();
+        eprintln!("apache kafka: {n} node(s) up on {} after {:?}", k.brokers(), started.elapsed());
         k
     }
 
     pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect::<Vec<_>>().join(",")
     }
 
-    /// The broker's own log.
+    /// The first node's log.
     pub fn log(&self) -> PathBuf {
-        self.dir.join("logs").join("server.log")
+        self.nodes[0].log()
     }
 
-    fn spawn(&mut self) {
-        let out = std::fs::File::create(self.dir.join("logs").join("stdout.log")).unwrap();
-        let child = java(&self.dir)
+    fn spawn(&mut self, i: usize) {
+        let node = &mut self.nodes[i];
+        let out = std::fs::File::create(node.dir.join("logs").join("stdout.log")).unwrap();
+        let child = java(&node.dir)
             .args(["-Xms".to_string() + HEAP, "-Xmx".to_string() + HEAP])
             .args(["kafka.Kafka"])
-            .arg(self.dir.join("server.properties"))
+            .arg(node.dir.join("server.properties"))
             .stdout(out.try_clone().unwrap())
             .stderr(out)
             .spawn()
             .expect("cannot start java for the Kafka broker");
-        self.child = Some(child);
-        self.started = Instant::now();
-        self.wait_ready();
+        node.child = Some(child);
     }
 
-    /// Waits until the broker answers a metadata request.
+    /// Waits until every running node is listed as a broker in a metadata answer.
     fn wait_ready(&self) {
         let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", self.brokers()).create().unwrap();
+        let running = self.nodes.iter().filter(|n| n.child.is_some()).count();
         let deadline = Instant::now() + START_PATIENCE;
-        while !consumer.fetch_metadata(None, Duration::from_secs(1)).is_ok_and(|m| !m.brokers().is_empty()) {
+        while !consumer.fetch_metadata(None, Duration::from_secs(1)).is_ok_and(|m| m.brokers().len() >= running) {
             assert!(Instant::now() < deadline, "Kafka did not come up; see {}", self.log().display());
         }
-        eprintln!("apache kafka: up on {} after {:?}", self.brokers(), self.started.elapsed());
     }
 
-    /// SIGKILL: the broker goes away without a word, as a crashed one does.
+    /// SIGKILL to every node: the brokers go away without a word, as crashed ones do.
     pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        for i in 0..self.nodes.len() {
+            self.kill_node(i);
+        }
+    }
+
+    /// SIGKILL to node `i` (0-based) alone.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut c) = self.nodes[i].child.take() {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// Starts it again on the same ports with the same data.
+    /// Starts every node again on the same ports with the same data.
     pub fn restart(&mut self) {
         self.kill();
-        self.spawn();
+        for i in 0..self.nodes.len() {
+            self.spawn(i);
+        }
+        self.wait_ready();
+    }
+
+    /// The node (0-based) that leads `topic`'s `partition` now.
+    pub fn leader_of(&self, topic: &str, partition: i32) -> usize {
+        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", self.brokers()).create().unwrap();
+        let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
+        let p = md.topics()[0].partitions().iter().find(|p| p.id() == partition).expect("the partition exists");
+        usize::try_from(p.leader() - 1).expect("the partition has a leader")
     }
 
     /// Creates `topic` with `partitions` partitions, and waits until it has a leader for each.
@@ -135,7 +187,8 @@ impl ApacheKafka {
         let admin: AdminClient<DefaultClientContext> =
             ClientConfig::new().set("bootstrap.servers", self.brokers()).create().unwrap();
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(1));
+        let replicas = self.nodes.len().min(3) as i32;
+        let new = NewTopic::new(topic, partitions as i32, TopicReplication::Fixed(replicas));
         let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
         for r in rt.block_on(admin.create_topics([&new], &opts)).unwrap() {
             r.unwrap_or_else(|(t, e)| panic!("creating {t}: {e}"));
@@ -188,11 +241,17 @@ impl Drop for ApacheKafka {
     fn drop(&mut self) {
         self.kill();
         if std::thread::panicking() {
-            eprintln!("apache kafka's log is kept: {}", self.log().display());
-            // The test's directory goes with it: keep the log where the target directory is.
-            let keep = std::env::temp_dir().join(format!("weir-kafka-{}-{}.log", std::process::id(), self.port));
-            let _ = std::fs::copy(self.log(), &keep);
-            eprintln!("copied to {}", keep.display());
+            // The test's directory goes with it: keep each node's log in the temp directory.
+            for (i, node) in self.nodes.iter().enumerate() {
+                let keep = std::env::temp_dir().join(format!(
+                    "weir-kafka-{}-{}-node-{}.log",
+                    std::process::id(),
+                    node.port,
+                    i + 1
+                ));
+                let _ = std::fs::copy(node.log(), &keep);
+                eprintln!("apache kafka's log is kept: {}", keep.display());
+            }
         }
     }
 }
