@@ -1,6 +1,7 @@
 //! Faults of Apache Kafka itself, on a three-node cluster (replication factor 3,
 //! `min.insync.replicas = 2`), each run ending with output equal to the reference: the leader of
-//! an input partition killed with `kill -9` mid-run.
+//! an input partition killed with `kill -9` mid-run, then restarted on its data; and the leader
+//! of the sink topic's partition killed while the transactional sink writes.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -21,37 +22,77 @@ fn windows_pipeline(dir: &Path, brokers: &str) -> std::path::PathBuf {
     pipeline(dir, Spec { window: TUMBLING, watermark: flush, extra: &extra, source: &source, ..Default::default() })
 }
 
+/// A three-node cluster with `orders` (two partitions, the orders of `seed`) and `windows`; the
+/// reference windows.
+fn cluster_with_orders(dir: &Path, seed: u64) -> (ApacheKafka, Windows) {
+    let cluster = ApacheKafka::cluster(&dir.join("kafka"), 3);
+    cluster.create_topic("orders", 2);
+    cluster.create_topic("windows", 2);
+    let events = orders(dir, 60_000, seed);
+    produce_lines(&cluster.brokers(), "orders", 2, &events, true);
+    let (kept, _) = kept_orders(&events);
+    (cluster, sliding_reference(&kept, 60_000, 60_000))
+}
+
+/// Runs `p` to its end, calling `fault` with the number of each committed batch; returns how
+/// many batches there were, and panics with the run's log if it failed.
+fn run_with(p: &Path, mut fault: impl FnMut(usize)) -> usize {
+    let mut run =
+        weir().arg("run").arg(p).arg("--progress-json").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let (mut batches, mut log) = (0, String::new());
+    for line in BufReader::new(run.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line.starts_with('{') {
+            batches += 1;
+            fault(batches);
+        } else {
+            log.push_str(&line);
+            log.push('\n');
+        }
+    }
+    assert!(run.wait().unwrap().success(), "the run failed: {log}");
+    batches
+}
+
 #[test]
 fn killing_the_leader_of_an_input_partition_mid_run_loses_and_duplicates_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = ApacheKafka::cluster(&dir.path().join("kafka"), 3);
-    cluster.create_topic("orders", 2);
-    let events = orders(dir.path(), 60_000, 51);
-    produce_lines(&cluster.brokers(), "orders", 2, &events, true);
-    let (kept, _) = kept_orders(&events);
-    let want = sliding_reference(&kept, 60_000, 60_000);
-
+    let (mut cluster, want) = cluster_with_orders(dir.path(), 51);
     let p = windows_pipeline(dir.path(), &cluster.brokers());
-    let mut run =
-        weir().arg("run").arg(&p).arg("--progress-json").stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    let (mut batches, mut killed, mut log) = (0, None, String::new());
-    for line in BufReader::new(run.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        if !line.starts_with('{') {
-            log.push_str(&line);
-            log.push('\n');
-            continue;
-        }
-        batches += 1;
-        // A few batches in: the partition's leader goes, its followers take over.
-        if batches == 3 && killed.is_none() {
+    let mut killed = None;
+    // A few batches in, the partition's leader goes and its followers take over; a few more,
+    // and it comes back on its data.
+    let batches = run_with(&p, |batch| match (batch, killed) {
+        (3, None) => {
             let leader = cluster.leader_of("orders", 0);
             cluster.kill_node(leader);
             killed = Some(leader);
         }
-    }
-    let status = run.wait().unwrap();
-    assert!(status.success(), "the run failed: {log}");
-    assert!(killed.is_some(), "the run ended before the fault: only {batches} batches");
+        (8, Some(node)) => cluster.restart_node(node),
+        _ => {}
+    });
+    assert!(batches > 8, "the run ended before the faults: only {batches} batches");
     assert_eq!(windows_of(&sink_rows(&dir.path().join("windows"))), want, "each window once");
+}
+
+#[test]
+fn killing_the_leader_of_the_sink_s_partition_mid_transaction_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut cluster, want) = cluster_with_orders(dir.path(), 52);
+    let brokers = cluster.brokers();
+    let p = to_kafka(dir.path(), &brokers, "checkpoint");
+    let mut killed = false;
+    let batches = run_with(&p, |batch| {
+        if batch == 3 && !killed {
+            let leader = cluster.leader_of("windows", 0);
+            cluster.kill_node(leader);
+            killed = true;
+        }
+    });
+    assert!(killed, "the run ended before the fault: only {batches} batches");
+    let by_checkpoint = per_checkpoint(&read_to_markers(&brokers));
+    assert_eq!(by_checkpoint.len(), 1);
+    for rows in by_checkpoint.values() {
+        assert_eq!(windows_of(rows), want, "each window once, read committed");
+    }
 }

@@ -165,6 +165,13 @@ impl ApacheKafka {
         }
     }
 
+    /// Starts node `i` again, on its ports and its data, and waits until it is a broker again.
+    pub fn restart_node(&mut self, i: usize) {
+        self.kill_node(i);
+        self.spawn(i);
+        self.wait_ready();
+    }
+
     /// Starts every node again on the same ports with the same data.
     pub fn restart(&mut self) {
         self.kill();
