@@ -246,13 +246,17 @@ impl CheckpointDir {
     }
 
     /// Removes the state and both logs, keeping the side outputs (a group's task, whose record
-    /// elsewhere is newer: `scale/task.rs`).
+    /// elsewhere is newer: `scale/task.rs`). Each goes by a rename first, which is atomic, and
+    /// is then deleted under its new name: a crash midway leaves a directory whole or out of
+    /// the way, never a store with some of its files deleted, which RocksDB refuses to open.
     pub fn start_over(&self) -> Result<(), CheckpointError> {
         for sub in ["state", "offsets", "commits"] {
-            let d = self.dir.join(sub);
-            match fs::remove_dir_all(&d) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io_err(&d, e)),
-                _ => {}
+            let (d, gone) = (self.dir.join(sub), self.dir.join(format!("{sub}.gone")));
+            remove_if_there(&gone)?;
+            match fs::rename(&d, &gone) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_err(&d, e)),
+                Ok(()) => remove_if_there(&gone)?,
             }
         }
         Ok(())
@@ -383,6 +387,14 @@ fn write_json<T: Serialize>(path: &Path, value: &T, durable: bool) -> Result<(),
     crate::own_files::replace(path, &bytes, durable).map_err(|e| io_err(path, e))
 }
 
+/// Deletes the directory `d` and everything in it, if it is there.
+fn remove_if_there(d: &Path) -> Result<(), CheckpointError> {
+    match fs::remove_dir_all(d) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(d, e)),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -395,6 +407,23 @@ mod tests {
         let meta = Metadata { id, pipeline: "p".into(), fingerprint: fp.into() };
         c.claim(found.as_ref(), &meta)?;
         Ok((c, meta))
+    }
+
+    /// A start over leaves no state and no logs, keeps the side outputs, and clears what a
+    /// crash in an earlier one left under the other name.
+    #[test]
+    fn a_start_over_removes_state_and_logs_and_what_an_interrupted_one_left() {
+        let d = tempfile::tempdir().unwrap();
+        let (c, _) = open(d.path(), "a").unwrap();
+        std::fs::create_dir_all(c.state_dir()).unwrap();
+        std::fs::write(c.state_dir().join("CURRENT"), "MANIFEST-000005\n").unwrap();
+        std::fs::create_dir_all(d.path().join("state.gone")).unwrap();
+        std::fs::write(d.path().join("dead-letters.jsonl"), "{}\n").unwrap();
+        c.start_over().unwrap();
+        for gone in ["state", "offsets", "commits", "state.gone", "offsets.gone", "commits.gone"] {
+            assert!(!d.path().join(gone).exists(), "{gone}");
+        }
+        assert!(d.path().join("dead-letters.jsonl").exists());
     }
 
     #[test]
