@@ -8,6 +8,7 @@
 //! here is one area: the transactional sink, what reads the mock's topics, progress, and the
 //! medallion with Kafka-backed datasets.
 
+mod groups;
 mod medallion;
 mod progress;
 mod sink;

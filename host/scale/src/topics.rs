@@ -6,6 +6,7 @@
 //! partition.
 
 use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -19,6 +20,17 @@ use crate::shuffle;
 
 /// The replication of the topics a group creates: the broker's default (`-1`).
 const REPLICATION: i32 = -1;
+
+/// How long a broker that answered the metadata request just before may take to answer
+/// `CreateTopics`. One that takes longer does not create topics (librdkafka's mock cluster,
+/// `weir demo`'s broker, never answers): the run fails, naming the request and the topic,
+/// rather than wait on it until stopped.
+const CREATE_TOPICS_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How long a topic just created may stay missing from the broker's metadata, and how often
+/// to look meanwhile ([`created_partitions`]).
+const NEW_TOPIC_PATIENCE: Duration = Duration::from_secs(30);
+const NEW_TOPIC_POLL: Duration = Duration::from_millis(100);
 
 /// How long the repartition topic keeps what stage 1 wrote, unless `kafka.*` options on the
 /// broker say otherwise: longer than any stage-2 task should lag behind. A stage-2 task that
@@ -65,7 +77,7 @@ pub(super) fn create_topics(
         let mut found = topic_partitions(options, topic, stop)?;
         if found == 0 {
             create_topic(options, topic, *partitions, config, stop)?;
-            found = topic_partitions(options, topic, stop)?;
+            found = created_partitions(options, topic, stop)?;
         }
         if found != *partitions {
             return Err(RunError::Source(
@@ -91,6 +103,20 @@ fn topic_partitions(options: &[(String, String)], topic: &str, stop: &AtomicBool
     Ok(md.topics().first().map_or(0, |t| t.partitions().len()) as i32)
 }
 
+/// The partitions of a topic just created (here, or by another process of the group at the
+/// same moment), once the broker's metadata lists them: on KRaft a broker answers metadata
+/// requests from its own copy, which may not have the new topic for a moment yet.
+fn created_partitions(options: &[(String, String)], topic: &str, stop: &AtomicBool) -> Result<i32, RunError> {
+    let deadline = Instant::now() + NEW_TOPIC_PATIENCE;
+    loop {
+        let found = topic_partitions(options, topic, stop)?;
+        if found > 0 || Instant::now() >= deadline {
+            return Ok(found);
+        }
+        std::thread::sleep(NEW_TOPIC_POLL);
+    }
+}
+
 /// Creates `topic` with `partitions` and `config`, unless it exists.
 fn create_topic(
     options: &[(String, String)],
@@ -108,21 +134,52 @@ fn create_topic(
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| {
         RunError::Checkpoint(CheckpointError::file(topic, format!("cannot start the admin client: {e}")))
     })?;
-    let opts = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
+    let opts = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT)).request_timeout(Some(CREATE_TOPICS_TIMEOUT));
+    let mut unanswered = false;
     let created = with_retry(stop, &format!("creating the group's topic {topic}"), || {
         match rt.block_on(admin.create_topics([&new], &opts)) {
+            Err(e) if is_timeout(&e) => {
+                // Not retried (a code `with_retry` gives up on): the broker answers metadata
+                // requests, so it is up, and does not do this one.
+                unanswered = true;
+                Err(rdkafka::error::KafkaError::Global(rdkafka::types::RDKafkaErrorCode::InvalidConfig))
+            }
             Err(e) => Err(e),
             Ok(results) => {
                 for r in results {
                     match r {
                         Ok(_) | Err((_, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                        Err((_, code)) => return Err(rdkafka::error::KafkaError::AdminOp(code)),
+                        // As `Global`, whose code `with_retry` reads (an `AdminOp` has none to
+                        // read, so a refusal such as an authorization error was retried).
+                        Err((_, code)) => return Err(rdkafka::error::KafkaError::Global(code)),
                     }
                 }
                 Ok(())
             }
         }
     });
+    if unanswered {
+        let secs = CREATE_TOPICS_TIMEOUT.as_secs();
+        return Err(RunError::Source(
+            KafkaError::Topic {
+                topic: topic.to_string(),
+                message: format!(
+                    "the broker did not answer CreateTopics in {secs} s; a broker that cannot create topics \
+                     (librdkafka's mock cluster, `weir demo`'s broker) needs the group's topics made beforehand \
+                     (docs/scale-out.md, \"A task's checkpoint travels with it\")"
+                ),
+            }
+            .into(),
+        ));
+    }
     created.map_err(|e| RunError::Source(e.into()))?;
     Ok(())
+}
+
+/// Whether a broker call ended because no answer came in time.
+fn is_timeout(e: &rdkafka::error::KafkaError) -> bool {
+    use rdkafka::types::RDKafkaErrorCode::{OperationTimedOut, RequestTimedOut};
+    // An admin call's own timeout comes as `AdminOp`, which carries no `rdkafka_error_code`.
+    matches!(e, rdkafka::error::KafkaError::AdminOp(OperationTimedOut | RequestTimedOut))
+        || matches!(e.rdkafka_error_code(), Some(OperationTimedOut | RequestTimedOut))
 }
