@@ -1,7 +1,8 @@
 //! Faults of Apache Kafka itself, on a three-node cluster (replication factor 3,
 //! `min.insync.replicas = 2`), each run ending with output equal to the reference: the leader of
-//! an input partition killed with `kill -9` mid-run, then restarted on its data; and the leader
-//! of the sink topic's partition killed while the transactional sink writes.
+//! an input partition killed with `kill -9` mid-run, then restarted on its data; the leader of
+//! the sink topic's partition killed while the transactional sink writes; and a broker frozen
+//! with SIGSTOP for 30 s mid-run, then resumed.
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -95,4 +96,32 @@ fn killing_the_leader_of_the_sink_s_partition_mid_transaction_loses_and_duplicat
     for rows in by_checkpoint.values() {
         assert_eq!(windows_of(rows), want, "each window once, read committed");
     }
+}
+
+/// How long the frozen broker stays frozen: longer than the cluster's broker session (9 s), so
+/// the controller fences it and its partitions get new leaders, and than the client's request
+/// timeouts, so calls to it fail rather than wait.
+const FROZEN: std::time::Duration = std::time::Duration::from_secs(30);
+
+#[test]
+fn freezing_the_leader_of_an_input_partition_for_30_s_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cluster, want) = cluster_with_orders(dir.path(), 53);
+    let p = windows_pipeline(dir.path(), &cluster.brokers());
+    let mut thaw = None;
+    let batches = run_with(&p, |batch| {
+        if batch == 3 && thaw.is_none() {
+            let leader = cluster.leader_of("orders", 0);
+            let pid = cluster.pid(leader).expect("the leader runs") as i32;
+            unsafe { libc::kill(pid, libc::SIGSTOP) };
+            // Resumed on a thread of its own, so the run's progress lines are read meanwhile.
+            thaw = Some(std::thread::spawn(move || {
+                std::thread::sleep(FROZEN);
+                unsafe { libc::kill(pid, libc::SIGCONT) };
+            }));
+        }
+    });
+    let thaw = thaw.unwrap_or_else(|| panic!("the run ended before the fault: only {batches} batches"));
+    thaw.join().unwrap();
+    assert_eq!(windows_of(&sink_rows(&dir.path().join("windows"))), want, "each window once");
 }

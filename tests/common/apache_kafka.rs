@@ -25,6 +25,23 @@ const LOG4J: &str = "rootLogger.level = INFO\nrootLogger.appenderRef.file.ref = 
                      appender.file.name = file\nappender.file.fileName = ${sys:kafka.logs.dir}/server.log\n\
                      appender.file.layout.type = PatternLayout\nappender.file.layout.pattern = [%d] %p %m (%c)%n\n";
 
+/// The group coordinator's bounds, lowered for tests that kill group members: a killed member
+/// keeps its tasks for its session timeout, so the scale-out tests ask for 3 s (classic protocol,
+/// whose floor is 6 s unless lowered here) and get it as the default (the consumer protocol,
+/// KIP-848, where the broker sets it: 45 s unless lowered here).
+const GROUPS: &str = "group.min.session.timeout.ms=1000\ngroup.consumer.min.session.timeout.ms=3000\n\
+                      group.consumer.session.timeout.ms=3000\ngroup.consumer.min.heartbeat.interval.ms=1000\n\
+                      group.consumer.heartbeat.interval.ms=1000\n";
+
+// `log.retention.ms=-1` below: the generated orders are timestamped with their event times, days
+// in the past, and the default retention (7 days, by record timestamp) deleted them from under
+// the tests as soon as a segment rolled.
+
+/// The partitions of `__consumer_offsets`, where each group's coordinator is the leader of the
+/// partition its id hashes to ([`ApacheKafka::coordinator_of`]); fewer than the default 50, so a
+/// cluster's first group is ready sooner.
+const OFFSETS_PARTITIONS: i32 = 10;
+
 /// Every test broker's cluster id (each has a data directory of its own).
 const CLUSTER_ID: &str = "V2VpclRlc3RDbHVzdGVyMA";
 
@@ -91,7 +108,8 @@ impl ApacheKafka {
                  offsets.topic.replication.factor={replicas}\ntransaction.state.log.replication.factor={replicas}\n\
                  transaction.state.log.min.isr={min_isr}\nshare.coordinator.state.topic.replication.factor={replicas}\n\
                  share.coordinator.state.topic.min.isr={min_isr}\ndefault.replication.factor={replicas}\n\
-                 min.insync.replicas={min_isr}\ngroup.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n",
+                 min.insync.replicas={min_isr}\ngroup.initial.rebalance.delay.ms=0\nauto.create.topics.enable=false\n\
+                 offsets.topic.num.partitions={OFFSETS_PARTITIONS}\nlog.retention.ms=-1\n{GROUPS}",
                 id = i + 1,
                 voters = voters.join(","),
                 data = dir.join("data").display()
@@ -187,6 +205,20 @@ impl ApacheKafka {
         let md = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)).unwrap();
         let p = md.topics()[0].partitions().iter().find(|p| p.id() == partition).expect("the partition exists");
         usize::try_from(p.leader() - 1).expect("the partition has a leader")
+    }
+
+    /// The process id of node `i`'s broker, while it runs: for a test that freezes it (SIGSTOP).
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.nodes[i].child.as_ref().map(Child::id)
+    }
+
+    /// The node (0-based) whose broker coordinates consumer group `group` now: the leader of the
+    /// `__consumer_offsets` partition the group's id hashes to, as Kafka computes it
+    /// (`Utils.abs(groupId.hashCode()) % offsets.topic.num.partitions`, both protocols).
+    pub fn coordinator_of(&self, group: &str) -> usize {
+        let hash = group.encode_utf16().fold(0i32, |h, c| h.wrapping_mul(31).wrapping_add(i32::from(c)));
+        let abs = if hash == i32::MIN { 0 } else { hash.abs() };
+        self.leader_of("__consumer_offsets", abs % OFFSETS_PARTITIONS)
     }
 
     /// Creates `topic` with `partitions` partitions, and waits until it has a leader for each.

@@ -1,17 +1,12 @@
-//! What the Kafka tests share, whatever their broker (Apache Kafka, `apache_kafka.rs`; tansu,
-//! here; librdkafka's in-process mock cluster): producing the orders, reading a topic back with
-//! `read_committed`, the pipelines into Kafka. tansu (a Kafka-protocol broker, a separate
-//! process, data in SQLite on disk, killable and restartable) runs the scale-out suite until it
-//! moves to Apache Kafka.
+//! What the Kafka tests share, whatever their broker (Apache Kafka, `apache_kafka.rs`;
+//! librdkafka's in-process mock cluster): producing the orders, reading a topic back with
+//! `read_committed`, the pipelines into Kafka.
 //!
-//! What each can and cannot do: tansu keeps its data on disk and can be killed and restarted,
-//! but has no transactions, and spins at 100% CPU on records with headers; the mock cluster has
-//! transactions and headers but holds at most ~5 MiB per partition, and its `read_committed`
-//! also returns aborted records.
+//! The mock cluster has transactions and headers but holds at most ~5 MiB per partition, and its
+//! `read_committed` also returns aborted records: it tests Weir's own logic; what Weir promises
+//! about Kafka is shown on Apache Kafka.
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use rdkafka::ClientConfig;
@@ -20,117 +15,10 @@ use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// The tansu binary: `WEIR_TANSU`, which `cargo xtask test` sets to the build it installs (the
-/// one place that names it, with the options it is built with).
-pub fn tansu_bin() -> PathBuf {
-    let p = PathBuf::from(std::env::var_os("WEIR_TANSU").expect(
-        "WEIR_TANSU names the tansu broker: `cargo xtask test` installs it and sets it (or run `cargo xtask test` once \
-         and point WEIR_TANSU at ~/.cache/weir-tools/tansu-*/bin/tansu)",
-    ));
-    assert!(p.exists(), "WEIR_TANSU={} does not exist", p.display());
-    p
-}
-
-/// What tansu logs unless `WEIR_TEST_TANSU_LOG` says otherwise (its `RUST_LOG`): warnings, and
-/// its group coordinator's decisions.
-const TANSU_LOG: &str = "warn,tansu_broker::coordinator::group::administrator=info";
-
-/// A tansu broker on a free loopback port, its data in `dir`.
-pub struct Tansu {
-    child: Option<Child>,
-    dir: PathBuf,
-    port: u16,
-}
-
-impl Tansu {
-    pub fn start(dir: &Path) -> Self {
-        std::fs::create_dir_all(dir).unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut t = Tansu { child: None, dir: dir.to_path_buf(), port };
-        t.spawn();
-        t
-    }
-
-    pub fn brokers(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
-    }
-
-    fn url(&self) -> String {
-        format!("tcp://127.0.0.1:{}", self.port)
-    }
-
-    fn spawn(&mut self) {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.dir.join("tansu.log")).unwrap();
-        let child = Command::new(tansu_bin())
-            .args(["broker", "--listener-url", &self.url(), "--advertised-listener-url", &self.url()])
-            .args(["--storage-engine", "sqlite://tansu.db"])
-            .current_dir(&self.dir)
-            // The coordinator's info lines (joins, evictions) are what `wait_log` watches for.
-            .env("RUST_LOG", std::env::var("WEIR_TEST_TANSU_LOG").unwrap_or(TANSU_LOG.into()))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .expect("cannot start tansu");
-        self.child = Some(child);
-        self.wait_ready();
-    }
-
-    /// Waits until the broker answers a metadata request.
-    fn wait_ready(&self) {
-        let consumer: BaseConsumer = ClientConfig::new().set("bootstrap.servers", self.brokers()).create().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while consumer.fetch_metadata(None, Duration::from_secs(1)).is_err() {
-            assert!(Instant::now() < deadline, "tansu did not come up; see {}", self.dir.join("tansu.log").display());
-        }
-    }
-
-    /// Waits until the broker's log has a line that `matches`; panics after `patience`.
-    pub fn wait_log(&self, matches: impl Fn(&str) -> bool, patience: Duration) {
-        let deadline = Instant::now() + patience;
-        loop {
-            let log = std::fs::read(self.dir.join("tansu.log")).unwrap_or_default();
-            if String::from_utf8_lossy(&log).lines().any(&matches) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "tansu never logged it; see {}", self.dir.join("tansu.log").display());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// SIGKILL: the broker goes away without a word, as a crashed one does.
-    pub fn kill(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    /// Starts it again on the same port with the same data.
-    pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
-    }
-
-    pub fn create_topic(&self, topic: &str, partitions: u32) {
-        let out = Command::new(tansu_bin())
-            .args(["topic", "create", "--broker", &self.url(), "--partitions", &partitions.to_string(), topic])
-            .current_dir(&self.dir)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "tansu topic create: {}", String::from_utf8_lossy(&out.stderr));
-    }
-}
-
-impl Drop for Tansu {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
 /// Produces every order line of `file` to `topic`, line `i` to partition `i % partitions`, so
 /// each partition's event times advance together, as on a topic keyed evenly. Each record has
 /// the user id as key and `order_ts` as timestamp; with `headers`, also a `producer: weir-test`
-/// header (tansu 0.6.0 spins at 100% CPU on records with headers, so only the mock gets them).
+/// header.
 pub fn produce_lines(brokers: &str, topic: &str, partitions: i32, file: &Path, headers: bool) -> usize {
     let producer: BaseProducer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
@@ -243,9 +131,15 @@ pub fn to_kafka(dir: &std::path::Path, brokers: &str, checkpoint: &str) -> std::
 
 /// Everything in the `windows` topic, up to a marker produced at the end of each partition now.
 pub fn read_to_markers(brokers: &str) -> Vec<Out> {
-    produce_markers(brokers, 2);
-    let markers = |o: &[Out]| o.iter().filter(|r| r.value["marker"] == true).count() == 2;
-    let mut all = read_topic(brokers, "windows", markers, Duration::from_secs(30));
+    read_to_markers_in(brokers, "windows", 2)
+}
+
+/// Everything in `topic` (of `partitions` partitions) that a `read_committed` reader sees, up to
+/// a marker produced at the end of each partition now.
+pub fn read_to_markers_in(brokers: &str, topic: &str, partitions: i32) -> Vec<Out> {
+    produce_markers_in(brokers, topic, partitions);
+    let markers = |o: &[Out]| o.iter().filter(|r| r.value["marker"] == true).count() == partitions as usize;
+    let mut all = read_topic(brokers, topic, markers, Duration::from_secs(60));
     all.retain(|o| o.value["marker"] != true);
     all
 }
@@ -261,10 +155,14 @@ pub fn per_checkpoint(out: &[Out]) -> std::collections::BTreeMap<String, Vec<ser
 }
 
 pub fn produce_markers(brokers: &str, partitions: i32) {
+    produce_markers_in(brokers, "windows", partitions);
+}
+
+pub fn produce_markers_in(brokers: &str, topic: &str, partitions: i32) {
     use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
     let p: BaseProducer = rdkafka::ClientConfig::new().set("bootstrap.servers", brokers).create().unwrap();
     for part in 0..partitions {
-        p.send(BaseRecord::<(), str>::to("windows").payload("{\"marker\":true}").partition(part))
+        p.send(BaseRecord::<(), str>::to(topic).payload("{\"marker\":true}").partition(part))
             .map_err(|(e, _)| e)
             .unwrap();
     }

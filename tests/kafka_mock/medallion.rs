@@ -37,8 +37,7 @@ fn kafka_medallion<C: rdkafka::ClientContext>(
 /// The orders medallion (`tests/project.rs`) with every dataset in a Kafka topic, written in
 /// transactions: each checked against the reference through `weir query`, which reads the
 /// topics (a table folded by key); and `weir test` on the same project, which runs it on the
-/// embedded log instead. (tansu, the other test broker, spins on records with headers, which
-/// every Weir message has.)
+/// embedded log instead.
 #[test]
 fn the_medallion_runs_with_kafka_backed_datasets() {
     use crate::common::medallion::*;

@@ -3,7 +3,8 @@
 //! table; nothing is asserted about time.
 //!
 //! `cargo bench -p weir --bench scale_out -- group` or `-- windows` (both without an argument);
-//! `WEIR_TEST_ON_TANSU=1` runs them on tansu, `WEIR_TEST_ROUNDS` sets the rounds.
+//! They run on Apache Kafka (`WEIR_KAFKA`, as the tests), or on librdkafka's mock with
+//! `WEIR_TEST_BROKER=mock`; `WEIR_TEST_ROUNDS` sets the rounds.
 
 #[path = "../common/mod.rs"]
 mod common;

@@ -1,11 +1,11 @@
-//! The broker a scale-out test runs on: librdkafka's mock in a process of its own (this binary,
-//! started again), or tansu.
+//! The broker a scale-out test runs on: Apache Kafka on loopback (`common/apache_kafka.rs`), or
+//! librdkafka's mock in a process of its own (this binary, started again).
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};
 
-use crate::common::kafka::*;
+use crate::common::apache_kafka::ApacheKafka;
 use crate::harness::*;
 
 /// The mock broker of a test, as a process of its own (this binary, started again with
@@ -34,27 +34,62 @@ fn mock_broker_process() {
     }
 }
 
-/// The broker a test that can run on either uses: librdkafka's mock with the topics of
-/// groups `stateless` and `windowed` ([`MockBroker::start`]), or tansu with `WEIR_TEST_ON_TANSU`
-/// (it makes a group's topics itself). It runs for as long as this lives.
+/// The group protocol a test's members speak: the classic one (JoinGroup and SyncGroup, the
+/// cooperative-sticky assignor in the client), or the consumer protocol of KIP-848 (the broker
+/// assigns, `kafka.group.protocol = "consumer"`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Classic,
+    Consumer,
+}
+
+/// The broker of a scale-out test: Apache Kafka, one KRaft node, unless `WEIR_TEST_BROKER=mock`
+/// asks for librdkafka's mock with the topics of groups `stateless` and `windowed`
+/// ([`MockBroker::start`]; Apache Kafka's brokers make a group's topics when it asks). It runs
+/// for as long as this lives.
 pub(crate) struct Broker {
     /// Read by the measurements (`bench.rs`), which time the mock broker's process too.
     #[allow(dead_code)]
     pub(crate) mock: Option<MockBroker>,
-    pub(crate) _tansu: Option<Tansu>,
+    pub(crate) kafka: Option<ApacheKafka>,
     pub(crate) brokers: String,
 }
 
 impl Broker {
+    /// The broker, its members on the classic group protocol.
     pub(crate) fn start(dir: &Path, stateless: &[&str], windowed: &[&str]) -> Broker {
-        if std::env::var_os("WEIR_TEST_ON_TANSU").is_some() {
-            let tansu = Tansu::start(&dir.join("tansu"));
-            tansu.create_topic("orders", PARTITIONS);
-            Broker { brokers: tansu.brokers(), mock: None, _tansu: Some(tansu) }
-        } else {
+        Broker::speaking(dir, stateless, windowed, Protocol::Classic)
+    }
+
+    /// The broker, its members on `protocol` (the mock speaks the classic one only).
+    pub(crate) fn speaking(dir: &Path, stateless: &[&str], windowed: &[&str], protocol: Protocol) -> Broker {
+        if std::env::var("WEIR_TEST_BROKER").is_ok_and(|b| b == "mock") && protocol == Protocol::Classic {
             let mock = MockBroker::start(stateless, windowed);
-            Broker { brokers: mock.brokers.clone(), mock: Some(mock), _tansu: None }
+            return Broker { brokers: mock.brokers.clone(), mock: Some(mock), kafka: None };
         }
+        Broker::kafka(dir, protocol)
+    }
+
+    /// Apache Kafka, whatever `WEIR_TEST_BROKER` says: for what the mock cannot show.
+    pub(crate) fn kafka(dir: &Path, protocol: Protocol) -> Broker {
+        Broker::nodes(dir, 1, protocol)
+    }
+
+    /// Apache Kafka on `n` nodes (`ApacheKafka::cluster`), with `orders`.
+    pub(crate) fn nodes(dir: &Path, n: usize, protocol: Protocol) -> Broker {
+        let kafka = ApacheKafka::cluster(&dir.join("kafka"), n);
+        kafka.create_topic("orders", PARTITIONS);
+        let brokers = kafka.brokers();
+        if protocol == Protocol::Consumer {
+            CONSUMER_PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()).push(brokers.clone());
+        }
+        Broker { brokers, mock: None, kafka: Some(kafka) }
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        CONSUMER_PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()).retain(|b| *b != self.brokers);
     }
 }
 
@@ -94,7 +129,6 @@ impl MockBroker {
             // libtest may print the test's name on the same line first.
             .find_map(|l| l.split_once("bootstrap ").map(|(_, b)| b.trim().to_string()))
             .expect("the mock broker printed its address");
-        MOCKS.lock().unwrap_or_else(|e| e.into_inner()).push(brokers.clone());
         MockBroker { child, brokers }
     }
 }
@@ -103,7 +137,5 @@ impl Drop for MockBroker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // Its port is free again: a later broker (tansu) may get the same address.
-        MOCKS.lock().unwrap_or_else(|e| e.into_inner()).retain(|m| *m != self.brokers);
     }
 }

@@ -24,23 +24,27 @@ pub(crate) fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
 pub(crate) const MICRO_BATCHES: &str = "mode = \"processing-time\"\ninterval = \"20ms\"";
 /// How long any one wait in these tests may take before it fails.
 pub(crate) const PATIENCE: Duration = Duration::from_secs(180);
-/// The group's session timeout in pipelines on the mock broker, against the product's 10 s: a
-/// killed or paused member keeps its tasks until it passes, so the kill loops waited that long
-/// at every kill (the three took 560 s in all, and 266 s at 3 s). Three heartbeats (one a
-/// second) still fit in it. On tansu the default stays: it holds a rejoining member's
-/// `JoinGroup` for 3 s, and a short timeout evicts live members
-/// (docs/internals/scale-out-test-brokers.md).
-pub(crate) const MOCK_SESSION_TIMEOUT: &str = "kafka.session.timeout.ms = \"3000\"";
+/// The group's session timeout in the tests' pipelines, against the product's 10 s: a killed or
+/// paused member keeps its tasks until it passes, so the kill loops waited that long at every
+/// kill (the three took 560 s in all, and 266 s at 3 s). Three heartbeats (one a second) still
+/// fit in it. On the consumer protocol the broker sets it (`common/apache_kafka.rs`, the same
+/// 3 s), and the client refuses the option.
+pub(crate) const TEST_SESSION_TIMEOUT: &str = "kafka.session.timeout.ms = \"3000\"";
 
-/// The addresses of the mock brokers running ([`MockBroker::start`], until dropped).
-pub(crate) static MOCKS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+/// The addresses of the brokers whose groups speak the consumer protocol ([`Broker::kafka`],
+/// until dropped).
+pub(crate) static CONSUMER_PROTOCOL: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 /// The Kafka source of a group's pipeline: `topic` on `brokers`, read `batch` records at a time
-/// at most.
+/// at most, in the group protocol the broker's test asked for.
 pub(crate) fn group_source(brokers: &str, topic: &str, batch: usize) -> String {
     let source = kafka_source(brokers, topic, batch);
-    let on_mock = MOCKS.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|m| m == brokers);
-    if on_mock { format!("{source}\n{MOCK_SESSION_TIMEOUT}") } else { source }
+    let consumer = CONSUMER_PROTOCOL.lock().unwrap_or_else(|e| e.into_inner()).iter().any(|m| m == brokers);
+    if consumer {
+        format!("{source}\nkafka.group.protocol = \"consumer\"")
+    } else {
+        format!("{source}\n{TEST_SESSION_TIMEOUT}")
+    }
 }
 
 /// The stateless orders pipeline in group `scaled`: ERROR and PENDING orders to the file sink,
@@ -174,14 +178,7 @@ impl Member {
         Member { child, batches, tasks, rollups, log }
     }
 
-    /// The group's first member, returned once the group has assigned it every task: on tansu,
-    /// the member that will lead the group for as long as it lives.
-    ///
-    /// The tests kill and pause members other than the leader. tansu 0.6 never replaces a
-    /// leader that drops out without leaving (killed, paused): the heartbeat that evicts it
-    /// leaves the group formed with the evicted member still named leader, and every later
-    /// rebalance waits for that member's assignment forever. A Kafka broker elects a leader
-    /// among the members that rejoin, so on Kafka any member may be the one killed.
+    /// The group's first member, returned once the group has assigned it every task.
     pub(crate) fn start_leader(pipeline: &Path, checkpoint: &Path) -> Member {
         let m = Member::start(pipeline, checkpoint);
         m.wait_log("assigned to this process");
@@ -281,6 +278,13 @@ impl Member {
                 let names: BTreeSet<&str> = tasks.iter().map(|v| v["name"].as_str().unwrap()).collect();
                 let rolled: BTreeSet<&str> = last["tasks"].as_object().unwrap().keys().map(String::as_str).collect();
                 assert_eq!(names, rolled, "the roll-up names the tasks this process ran");
+                // Stage 2's windows count in the roll-up and in the process's final summary.
+                let windows: u64 = tasks.iter().map(|v| v["numWindowsEmitted"].as_u64().unwrap_or(0)).sum();
+                assert_eq!(last["numWindowsEmitted"].as_u64(), Some(windows), "{last}");
+                let log = self.log();
+                let summary = log.lines().find(|l| l.starts_with(&format!("[{pipeline}] "))).expect("a final summary");
+                let said = summary.split(" windows emitted").next().and_then(|s| s.rsplit(' ').next());
+                assert_eq!(said.and_then(|n| n.parse().ok()), Some(windows), "the summary counts them: {summary}");
             }
         }
         drop(tasks);

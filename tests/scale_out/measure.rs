@@ -11,7 +11,8 @@ use crate::common::*;
 use crate::harness::*;
 use crate::windows::*;
 
-/// What a group's records cost a stateless pipeline, on tansu.
+/// What a group's records cost a stateless pipeline, on Apache Kafka (`WEIR_TEST_BROKER=mock`:
+/// the mock).
 /// One process without a group, then a group of one and of two processes, over the same
 /// 6-partition topic, interleaved over `ROUNDS`;
 /// each from the topic's start to every wanted order delivered. Prints orders/s and the mean
@@ -21,9 +22,10 @@ pub(crate) fn a_group_against_one_process() {
     const ORDERS: u64 = 240_000;
     const ROUNDS: usize = 2;
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let groups: Vec<String> = (0..ROUNDS).flat_map(|r| [format!("m{r}x1"), format!("m{r}x2")]).collect();
+    let group_refs: Vec<&str> = groups.iter().map(String::as_str).collect();
+    let broker = Broker::start(dir.path(), &group_refs, &[]);
+    let brokers = broker.brokers.clone();
     let all = input(dir.path(), ORDERS);
     produce_chunk(&brokers, dir.path(), &all, 0, 1);
     let want = wanted(&all);
@@ -76,7 +78,8 @@ pub(crate) fn a_group_against_one_process() {
     }
 }
 
-/// The measurement in `docs/performance.md` ("Scale-out"), on the mock broker. The
+/// The measurement in `docs/performance.md` ("Scale-out"), on Apache Kafka (`WEIR_TEST_BROKER=mock`:
+/// the mock). The
 /// error rate over 10-second windows and per user session, of 240,000 orders read from the
 /// 6-partition topic:
 /// by one process without a group (one stage), and by a group of one process and of two (two
@@ -87,8 +90,8 @@ pub(crate) fn a_group_against_one_process() {
 /// and bytes in the repartition topic).
 pub(crate) fn windows_in_two_stages_against_one() {
     let _alone = one_at_a_time();
-    // The mock keeps 5 MiB per partition: 240,000 orders fit. WEIR_TEST_ON_TANSU measures on
-    // tansu instead, with WEIR_TEST_ORDERS orders (a longer run, where batches reach full size).
+    // The mock keeps 5 MiB per partition: 240,000 orders fit. WEIR_TEST_ORDERS sets another
+    // number (on Apache Kafka, a longer run, where batches reach full size).
     let orders: u64 = std::env::var("WEIR_TEST_ORDERS").ok().and_then(|n| n.parse().ok()).unwrap_or(240_000);
     // WEIR_TEST_BATCH: the largest batch (`max_offsets_per_trigger`). Small enough that a task's
     // batches reach it early, it compares the two paths at the same batch size.
@@ -156,7 +159,7 @@ const LIVE_AHEAD: usize = 3;
 struct Bench<'a> {
     dir: &'a Path,
     brokers: &'a str,
-    /// The mock broker's process, whose CPU time is measured too (none on tansu).
+    /// The mock broker's process, whose CPU time is measured too (none on Apache Kafka).
     broker_pid: Option<u32>,
     all: &'a [String],
     orders: u64,

@@ -7,7 +7,6 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::brokers::*;
-use crate::common::kafka::*;
 use crate::common::*;
 use crate::harness::*;
 
@@ -16,14 +15,23 @@ use crate::harness::*;
 /// each once the last one's wanted orders are delivered. Every wanted order is in the output
 /// once.
 ///
-/// On the mock broker: on tansu this loop passes most runs, but now and then its coordinator
-/// leaves a task held by no member after the victim's restarts, and the loop stalls (see the
-/// two-stage kill loop's comment). WEIR_TEST_ON_TANSU runs it on tansu.
+/// On the classic group protocol.
 #[test]
 fn three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
+    kill_loop(Protocol::Classic);
+}
+
+/// [`three_processes_share_the_tasks_through_kills_a_join_and_a_leave`] on the consumer group
+/// protocol (KIP-848), where the broker assigns the tasks.
+#[test]
+fn on_the_consumer_protocol_three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
+    kill_loop(Protocol::Consumer);
+}
+
+fn kill_loop(protocol: Protocol) {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Broker::start(dir.path(), &["scaled"], &[]);
+    let broker = Broker::speaking(dir.path(), &["scaled"], &[], protocol);
     let brokers = broker.brokers.clone();
     let p = group_pipeline(dir.path(), &brokers, MICRO_BATCHES);
     let all = input(dir.path(), 24_000);
@@ -65,7 +73,6 @@ fn three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
     };
 
     let checkpoint = |i: usize| dir.path().join(format!("process-{i}"));
-    // The victim joins last: it is never the group's leader (see `start_leader`).
     let steady = [Member::start_leader(&p, &checkpoint(1)), Member::start(&p, &checkpoint(2))];
     let mut victim = Member::start(&p, &checkpoint(0));
     let mut visitor: Option<Member> = None;
@@ -105,12 +112,10 @@ fn three_processes_share_the_tasks_through_kills_a_join_and_a_leave() {
 fn a_paused_process_that_lost_its_tasks_is_fenced_when_it_resumes() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let broker = Broker::start(dir.path(), &["scaled"], &[]);
+    let brokers = broker.brokers.clone();
     let p = group_pipeline(dir.path(), &brokers, MICRO_BATCHES);
     let all = input(dir.path(), 12_000);
-    // `a` leads the group, `b` is the one paused (see `start_leader`).
     let a = Member::start_leader(&p, &dir.path().join("a"));
     let b = Member::start(&p, &dir.path().join("b"));
     produce_chunk(&brokers, dir.path(), &all, 0, 3);
@@ -118,11 +123,7 @@ fn a_paused_process_that_lost_its_tasks_is_fenced_when_it_resumes() {
     b.wait_batches(0, 1);
     unsafe { libc::kill(b.child.id() as i32, libc::SIGSTOP) };
     // While `b` is paused its tasks move, once the broker has evicted it (after the session
-    // timeout; its member id starts with its client id, `host:pid`). On Kafka the eviction
-    // itself moves them. tansu keeps a group whose leader rejoins unchanged as it was, and its
-    // tasks with `b`, until the members change: `c` joins to change them.
-    let b_member = format!(":{}-", b.child.id());
-    broker.wait_log(|l| l.contains("missed heartbeat for") && l.contains(&b_member), PATIENCE);
+    // timeout), to `a` and to `c`, which joins meanwhile.
     let before = a.batches.load(Ordering::SeqCst);
     let c = Member::start(&p, &dir.path().join("c"));
     produce_chunk(&brokers, dir.path(), &all, 1, 3);
@@ -186,12 +187,10 @@ fn a_paused_process_that_lost_its_tasks_is_fenced_when_it_resumes() {
 fn continuous_mode_shares_the_tasks_at_least_once() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let broker = Broker::start(dir.path(), &["scaled"], &[]);
+    let brokers = broker.brokers.clone();
     let p = group_pipeline(dir.path(), &brokers, "mode = \"continuous\"\ninterval = \"50ms\"");
     let all = input(dir.path(), 12_000);
-    // `b` leads the group, `a` is the one killed (see `start_leader`).
     let b = Member::start_leader(&p, &dir.path().join("b"));
     let mut a = Member::start(&p, &dir.path().join("a"));
     produce_chunk(&brokers, dir.path(), &all, 0, 3);

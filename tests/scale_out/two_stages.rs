@@ -9,7 +9,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::brokers::*;
-use crate::common::kafka::*;
 use crate::common::*;
 use crate::harness::*;
 use crate::windows::*;
@@ -18,18 +17,23 @@ use crate::windows::*;
 /// in two stages; one is killed with `kill -9` ten times at random points of its progress and
 /// restarted, and a fourth joins mid-run and leaves, while orders arrive a chunk at a time. The
 /// windows are one process's, each once.
-///
-/// On the mock broker: tansu's group coordinator hands the group's leadership to whichever
-/// member starts a rebalance, often the process just restarted, and never replaces a leader
-/// that is killed (see `Member::start_leader`), so with two groups per process a kill loop on
-/// tansu stalls. librdkafka's mock elects a leader among the members at every rebalance, as
-/// Kafka does. Its partitions keep 5 MiB each, which this run stays well inside.
+/// On the classic group protocol.
 #[test]
 fn windows_in_two_stages_survive_kills_a_join_and_a_leave() {
+    two_stage_kill_loop(Protocol::Classic);
+}
+
+/// [`windows_in_two_stages_survive_kills_a_join_and_a_leave`] on the consumer group protocol
+/// (KIP-848), where the broker assigns the tasks of both stages.
+#[test]
+fn on_the_consumer_protocol_windows_in_two_stages_survive_kills_a_join_and_a_leave() {
+    two_stage_kill_loop(Protocol::Consumer);
+}
+
+fn two_stage_kill_loop(protocol: Protocol) {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    // WEIR_TEST_ON_TANSU runs it on tansu instead, to see whether its coordinator still stalls.
-    let broker = Broker::start(dir.path(), &[], &["rate", "sessions"]);
+    let broker = Broker::speaking(dir.path(), &[], &["rate", "sessions"], protocol);
     let brokers = broker.brokers.clone();
     let all = windowed_input(dir.path(), 60_000);
     let want = references(&all, DELAY_MS);
@@ -145,9 +149,8 @@ fn restores(log: &str) -> Vec<(u64, f64)> {
 fn stage_two_state_restored_from_the_changelog_gives_the_same_windows() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let broker = Broker::start(dir.path(), &[], &["rate", "sessions"]);
+    let brokers = broker.brokers.clone();
     let all = windowed_input(dir.path(), 100_000);
     let delay = "10 minutes";
     let want = references(&all, 600_000);
@@ -211,9 +214,8 @@ fn wait_caught_up(pipeline: &Path) {
 fn scaling_down_to_one_process_and_back_up_gives_the_same_windows() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = Tansu::start(&dir.path().join("tansu"));
-    broker.create_topic("orders", PARTITIONS);
-    let brokers = broker.brokers();
+    let broker = Broker::start(dir.path(), &[], &["rate", "sessions"]);
+    let brokers = broker.brokers.clone();
     let all = windowed_input(dir.path(), 30_000);
     let want = references(&all, DELAY_MS);
     let read = Arc::new(AtomicUsize::new(0));
@@ -255,13 +257,12 @@ fn scaling_down_to_one_process_and_back_up_gives_the_same_windows() {
 /// A zombie in two stages: process `b`, paused (SIGSTOP) past its session timeout, loses its
 /// tasks of both stages to `a`, which restores their stage-2 state from the changelog. Resumed,
 /// `b` gives its tasks up or is fenced, and whatever it writes meanwhile (repartition messages,
-/// changelog records of an older epoch) changes nothing: the windows are one process's. On the
-/// mock broker, whose coordinator moves an evicted member's tasks (see the kill loop's comment).
+/// changelog records of an older epoch) changes nothing: the windows are one process's.
 #[test]
 fn a_paused_process_in_two_stages_is_fenced_and_the_windows_hold() {
     let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
-    let broker = MockBroker::start(&[], &["rate", "sessions"]);
+    let broker = Broker::start(dir.path(), &[], &["rate", "sessions"]);
     let brokers = broker.brokers.clone();
     let all = windowed_input(dir.path(), 30_000);
     let want = references(&all, DELAY_MS);

@@ -190,7 +190,7 @@ pub(crate) fn delivered_rows(dir: &Path) -> Vec<serde_json::Value> {
 }
 
 /// Starts the group's first member and returns it once it holds every task of both pipelines'
-/// groups: on tansu, the member that leads them (see `Member::start_leader`).
+/// groups.
 pub(crate) fn start_leader_of_all(pipelines: &[PathBuf], read: &Arc<AtomicUsize>) -> Member {
     let m = Member::start_all(pipelines, read.clone());
     m.wait_logged("assigned to this process", pipelines.len());

@@ -8,7 +8,7 @@
 //!   `CARGO_TARGET_DIR` is.
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
-//! - `test`: build, install the tansu broker and fetch Apache Kafka's if they are missing, then
+//! - `test`: build, fetch the Apache Kafka broker if it is missing, then
 //!   formatting, lints, the Python SDK's tests and every test (the scale-out tests beside the
 //!   others: `workspace_tests`).
 
@@ -65,8 +65,8 @@ fn main() -> Result<()> {
         "demo" => setup(&[]).and_then(|()| build(&root)).and_then(|()| demo(&root)),
         "test" => setup(TEST_PACKAGES)
             .and_then(|()| build(&root))
-            .and_then(|()| Ok((tansu()?, kafka::kafka(&root)?)))
-            .and_then(|brokers| test(&root, brokers)),
+            .and_then(|()| kafka::kafka(&root))
+            .and_then(|kafka| test(&root, &kafka)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -281,34 +281,7 @@ fn demo(root: &Path) -> Result<()> {
     run(weir()?.arg("demo").current_dir(root))
 }
 
-/// The Kafka-protocol broker the end-to-end tests run against (`tests/common/kafka.rs` says what
-/// it can and cannot do). Built once into a cache outside the checkout, reused by every later
-/// run. Only its SQLite storage (what the tests start it on), at optimisation level 1: a test
-/// broker's speed is not what is measured, and the first build, the largest step of a run on a
-/// fresh machine, took about 18 minutes with object storage and level 3, 7 with neither (the
-/// Kafka tests ran as fast on it). The options are in the directory's name, so a change to
-/// them builds again.
-const TANSU_VERSION: &str = "0.6.0";
-const TANSU_FEATURES: &str = "libsql";
-const TANSU_OPT_LEVEL: &str = "1";
-
-fn tansu() -> Result<PathBuf> {
-    let tools = tools_dir()?;
-    let root = tools.join(format!("tansu-{TANSU_VERSION}-{TANSU_FEATURES}-o{TANSU_OPT_LEVEL}"));
-    let bin = root.join("bin").join("tansu");
-    if !bin.exists() {
-        eprintln!("installing the tansu broker {TANSU_VERSION} into {} (once; about 7 minutes)", root.display());
-        run(cargo()
-            .args(["install", "tansu", "--version", TANSU_VERSION, "--locked", "--no-default-features"])
-            .args(["--features", TANSU_FEATURES, "--root"])
-            .arg(&root)
-            .env("CARGO_TARGET_DIR", tools.join("build"))
-            .env("CARGO_PROFILE_RELEASE_OPT_LEVEL", TANSU_OPT_LEVEL))?;
-    }
-    Ok(bin)
-}
-
-fn test(root: &Path, brokers: (PathBuf, PathBuf)) -> Result<()> {
+fn test(root: &Path, kafka: &Path) -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     let mut c = cargo();
@@ -337,7 +310,7 @@ fn test(root: &Path, brokers: (PathBuf, PathBuf)) -> Result<()> {
             .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
     }
     run(cargo().args(["test", "--release", "-p", "error-rate"]))?;
-    workspace_tests(&brokers, &python)
+    workspace_tests(kafka, &python)
 }
 
 /// The test target that runs beside the others: its kill loops wait on consumer groups'
@@ -348,11 +321,11 @@ const BESIDE: &str = "scale_out";
 /// in one, its output held until it ends (so the log reads as one run after another), and
 /// every other target, then the doctests, in the other. One after the other they took 10.5
 /// minutes, six of them [`BESIDE`]'s.
-fn workspace_tests((tansu, kafka): &(PathBuf, PathBuf), python: &Path) -> Result<()> {
+fn workspace_tests(kafka: &Path, python: &Path) -> Result<()> {
     let test = |args: &[&str]| {
         let mut c = cargo();
         c.args(["test", "--release"]).args(args).env("WEIR_PYTHON", python);
-        c.env("WEIR_TANSU", tansu).env("WEIR_KAFKA", kafka);
+        c.env("WEIR_KAFKA", kafka);
         c
     };
     // Built first, so the lanes' own `cargo test` find everything fresh and only run.

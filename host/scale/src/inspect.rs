@@ -4,7 +4,7 @@
 //! checkpoint record; lag from its partition's end (the input's, or for a stage-2 task the
 //! repartition topic's). Safe while the group runs: it claims nothing and commits nothing.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -44,13 +44,17 @@ pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         .map(TaskId::Input)
         .chain((0..layout.shuffle.as_ref().map_or(0, |(_, q)| *q)).map(TaskId::Merge))
         .collect();
-    // Who holds what: the group's own answer where the broker gives one (some brokers, tansu
-    // among them, do not describe groups), else each task's newest claim.
+    // Who holds what: the group's own answer where the broker gives one (some brokers do not
+    // describe groups), else each task's newest claim.
     let mut held: BTreeMap<TaskId, String> = BTreeMap::new();
+    // The members' names, where the broker described the group: a claim by anyone else is a
+    // process that left or died, whose task waits for the group to move it.
+    let mut live: Option<BTreeSet<String>> = None;
     let described = consumer.fetch_group_list(Some(group), CALL_TIMEOUT);
     match described.as_ref().map(|g| g.groups().first()) {
         Ok(Some(g)) if !g.members().is_empty() => {
             let _ = writeln!(out, "state      {}, {} members", g.state(), g.members().len());
+            live = Some(g.members().iter().map(|m| m.client_id().to_string()).collect());
             for m in g.members() {
                 let mut tasks: Vec<TaskId> = Vec::new();
                 for t in layout.topics() {
@@ -93,9 +97,10 @@ pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         if !described && let Some(owner) = &fold.owner {
             held.insert(id, owner.clone());
         }
+        let gone = gone_note(live.as_ref(), fold.owner.as_deref());
         let _ = writeln!(
             out,
-            "task {:<5} held by {}; epoch {} (claimed by {}); next batch {}; offset {}; lag {}; watermark {}",
+            "task {:<5} held by {}; epoch {} (claimed by {}{gone}); next batch {}; offset {}; lag {}; watermark {}",
             label(id),
             held.get(&id).map_or("nobody", String::as_str),
             fold.epoch,
@@ -121,6 +126,15 @@ pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
     Ok(out)
 }
 
+/// What follows a task's claimant: that it is no longer in the group, where the broker named
+/// the members (`live`) and the claimant is not one of them.
+fn gone_note(live: Option<&BTreeSet<String>>, owner: Option<&str>) -> &'static str {
+    match (live, owner) {
+        (Some(live), Some(owner)) if !live.contains(owner) => ", no longer in the group",
+        _ => "",
+    }
+}
+
 /// A task as `weir inspect` shows it: its input partition, or `merge-` and its repartition
 /// partition.
 fn label(id: TaskId) -> String {
@@ -133,7 +147,7 @@ fn label(id: TaskId) -> String {
 /// The partitions of `topic` in a member's assignment, as the consumer protocol encodes it:
 /// version (i16), then topics (i32 count; each a name as i16 length and bytes, then i32 count
 /// of i32 partitions), then user data. `None` if the bytes are not that.
-fn assigned(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
+pub(super) fn assigned(bytes: &[u8], topic: &str) -> Option<Vec<i32>> {
     let mut r = Reader(bytes);
     r.take(2)?;
     let mut out = Vec::new();
@@ -171,7 +185,18 @@ impl<'a> Reader<'a> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::assigned;
+    use super::{assigned, gone_note};
+
+    /// A claim by a process the broker does not list as a member is marked; one by a member,
+    /// or where the broker named no members, is not.
+    #[test]
+    fn a_claim_by_a_process_that_left_the_group_is_marked() {
+        let live: std::collections::BTreeSet<String> = ["host-a:1".to_string()].into();
+        assert_eq!(gone_note(Some(&live), Some("host-b:2")), ", no longer in the group");
+        assert_eq!(gone_note(Some(&live), Some("host-a:1")), "");
+        assert_eq!(gone_note(None, Some("host-b:2")), "");
+        assert_eq!(gone_note(Some(&live), None), "");
+    }
 
     fn encode(topics: &[(&str, Vec<i32>)]) -> Vec<u8> {
         let mut b = vec![0, 1];

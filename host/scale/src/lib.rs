@@ -2,8 +2,9 @@
 //!
 //! The work is cut into tasks, one per input partition, and the group decides which process
 //! runs which: every process started with the same pipeline and `[scale] group` (or
-//! `weir run --group`) joins the group, with the cooperative-sticky assignor, so a rebalance
-//! moves only the partitions that must move. The membership consumer reads nothing (its
+//! `weir run --group`) joins the group, with the cooperative-sticky assignor (or, on the consumer
+//! group protocol of KIP-848, the broker's, which is incremental too), so a rebalance moves
+//! only the partitions that must move. The membership consumer reads nothing (its
 //! partitions stay paused): it only learns what this process holds. Each task held runs on a
 //! thread of its own (`task.rs`), its checkpoint recorded in the group's checkpoint topic
 //! (`ledger/`), so it can continue on any process.
@@ -30,6 +31,7 @@ mod layout;
 mod ledger;
 mod member;
 mod rollup;
+mod stall;
 mod task;
 mod topics;
 
@@ -102,6 +104,7 @@ pub fn run(
     let owner = owner();
     let topics = layout.topics();
     let consumer = join(&group, &owner, &source.options, member, &topics, &topic)?;
+    let mut stall = stall::StallWatch::new(&source.options, SESSION_TIMEOUT_MS, consumer_protocol(&source.options));
     let cx = Arc::new(TaskContext {
         pipeline: pipeline.clone(),
         runtime,
@@ -120,7 +123,11 @@ pub fn run(
         let Ok(mut h) = held.lock() else { break };
         h.start_assigned(&cx, &layout)?;
         let fenced = h.reap_finished(&done, &layout);
+        let idle = h.is_idle();
         drop(h);
+        if stall.due(idle, Instant::now()) {
+            stall.look(&consumer, &group, &layout);
+        }
         if fenced {
             // Another process claimed a task the group still shows here: this member's view
             // is stale. Leaving and joining again gets it a fresh one (its other tasks are
@@ -144,7 +151,8 @@ pub fn run(
     totals(&done, started)
 }
 
-/// Joins `group` as `owner` with the cooperative-sticky assignor, subscribed to `topics`;
+/// Joins `group` as `owner` (cooperative-sticky, or the broker's assignor on the consumer
+/// protocol), subscribed to `topics`;
 /// `member` stops the tasks the group revokes. `input` names the group in errors.
 fn join(
     group: &str,
@@ -154,23 +162,34 @@ fn join(
     topics: &[&str],
     input: &str,
 ) -> Result<BaseConsumer<Member>, RunError> {
-    let consumer: BaseConsumer<Member> = client_config(
-        &[
-            ("group.id", group),
-            // The member's name in `weir inspect`: the owner its claims name.
-            ("client.id", owner),
+    let mut defaults = vec![
+        ("group.id", group),
+        // The member's name in `weir inspect`: the owner its claims name.
+        ("client.id", owner),
+        ("enable.auto.commit", "false"),
+        ("max.poll.interval.ms", REBALANCE_TIMEOUT_MS),
+    ];
+    if consumer_protocol(options) {
+        // KIP-848: the broker assigns (incrementally, as cooperative-sticky does) and owns the
+        // session timeout and heartbeat interval; the client refuses these three.
+        tracing::info!("group {group}: the consumer group protocol; its session timeout is the broker's");
+    } else {
+        defaults.extend([
             ("partition.assignment.strategy", "cooperative-sticky"),
-            ("enable.auto.commit", "false"),
             ("session.timeout.ms", SESSION_TIMEOUT_MS),
-            ("max.poll.interval.ms", REBALANCE_TIMEOUT_MS),
             ("heartbeat.interval.ms", "1000"),
-        ],
-        options,
-    )
-    .create_with_context(member)
-    .map_err(|e| kafka(e, input))?;
+        ]);
+    }
+    let consumer: BaseConsumer<Member> =
+        client_config(&defaults, options).create_with_context(member).map_err(|e| kafka(e, input))?;
     consumer.subscribe(topics).map_err(|e| kafka(e, input))?;
     Ok(consumer)
+}
+
+/// Whether the pipeline's `kafka.group.protocol` asks for the consumer group protocol (KIP-848)
+/// rather than the classic one.
+fn consumer_protocol(options: &[(String, String)]) -> bool {
+    options.iter().any(|(k, v)| k == "group.protocol" && v.eq_ignore_ascii_case("consumer"))
 }
 
 /// Logs which tasks this process joined `group` to share.

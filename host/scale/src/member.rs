@@ -117,6 +117,11 @@ impl Held {
         Ok(())
     }
 
+    /// Whether this process holds no task, running or about to start.
+    pub(super) fn is_idle(&self) -> bool {
+        self.running.is_empty() && self.assigned.is_empty()
+    }
+
     /// Joins the tasks whose threads ended on their own and folds their ends into `done`;
     /// returns whether one of them was fenced.
     pub(super) fn reap_finished(&mut self, done: &Mutex<Totals>, layout: &Layout) -> bool {
@@ -150,12 +155,7 @@ fn ended(
     match r {
         Ok(Ok(s)) => {
             tracing::info!("task {topic}-{partition}: stopped after {} batches", s.batches);
-            let t = &mut totals.summary;
-            t.batches += s.batches;
-            t.input_rows += s.input_rows;
-            t.events += s.events;
-            t.dead_letters += s.dead_letters;
-            t.rows_out += s.rows_out;
+            fold(&mut totals.summary, s);
         }
         // Stopped while claiming or waiting: its revocation (or this process stopping) came
         // first; whatever it planned re-runs wherever it goes next.
@@ -179,6 +179,28 @@ fn ended(
         }
     }
     false
+}
+
+/// Adds a task's summary to the process's: every count (the windows and late events of stage 2
+/// as much as stage 1's rows), and the lowest final watermark, the furthest event time that
+/// every task here has passed.
+fn fold(t: &mut Summary, s: Summary) {
+    t.batches += s.batches;
+    t.input_rows += s.input_rows;
+    t.events += s.events;
+    t.dead_letters += s.dead_letters;
+    t.late_events += s.late_events;
+    t.duplicates += s.duplicates;
+    t.unmatched += s.unmatched;
+    t.windows_emitted += s.windows_emitted;
+    t.rows_out += s.rows_out;
+    for (name, n) in s.expectations {
+        *t.expectations.entry(name).or_default() += n;
+    }
+    t.final_watermark = match (t.final_watermark, s.final_watermark) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
 }
 
 /// Whether a task failed (a poisoned lock counts as one): the process then stops.

@@ -31,8 +31,14 @@ struct Sums {
     num_input_rows: u64,
     num_dead_letters: u64,
     num_rows_out: u64,
+    num_windows_emitted: u64,
+    num_late_events: u64,
     /// Records behind the input's end, summed over the tasks' last batches.
     lag: u64,
+    /// The task's watermark after its last batch; in the sums, the lowest over the tasks
+    /// running here (epoch ms; absent without event time).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    watermark: Option<i64>,
 }
 
 #[derive(Debug, Default)]
@@ -90,21 +96,29 @@ impl Rollup {
     pub(super) fn report(&self, pipeline: &str, group: &str, process: &str, json: bool, always: bool) {
         // A copy, written with the lock let go: a task's progress writes to stderr and then
         // takes this lock, so holding it while writing could deadlock the two.
-        let tasks = {
+        let (tasks, running) = {
             let Ok(mut inner) = self.inner.lock() else { return };
             if !(inner.fresh || always) {
                 return;
             }
             inner.fresh = false;
-            inner.tasks.clone()
+            (inner.tasks.clone(), inner.running.clone())
         };
         let mut total = Sums::default();
-        for s in tasks.values() {
+        for (task, s) in &tasks {
             total.num_batches += s.num_batches;
             total.num_input_rows += s.num_input_rows;
             total.num_dead_letters += s.num_dead_letters;
             total.num_rows_out += s.num_rows_out;
+            total.num_windows_emitted += s.num_windows_emitted;
+            total.num_late_events += s.num_late_events;
             total.lag += s.lag;
+            // A task that moved on has a watermark that no longer moves here.
+            if running.contains(task)
+                && let Some(w) = s.watermark
+            {
+                total.watermark = Some(total.watermark.map_or(w, |t| t.min(w)));
+            }
         }
         if json {
             let line = Line { name: pipeline, group, process, total, tasks: &tasks };
@@ -113,12 +127,16 @@ impl Rollup {
             }
         } else {
             let tasks: Vec<&String> = tasks.keys().collect();
+            let wm = total.watermark.map_or("none".to_string(), crate::progress::show_time);
             tracing::info!(
-                "{pipeline}: this process ran tasks {tasks:?}: {} batches, {} rows in, {} out, {} dead letters, lag {}",
+                "{pipeline}: this process ran tasks {tasks:?}: {} batches, {} rows in, {} out, {} dead letters, {} \
+                 windows emitted, {} late events, lag {}, watermark {wm}",
                 total.num_batches,
                 total.num_input_rows,
                 total.num_rows_out,
                 total.num_dead_letters,
+                total.num_windows_emitted,
+                total.num_late_events,
                 total.lag
             );
         }
@@ -148,7 +166,10 @@ impl Tap for TaskTap {
         s.num_input_rows += n("numInputRows");
         s.num_dead_letters += n("numDeadLetters");
         s.num_rows_out += n("numRowsOut");
+        s.num_windows_emitted += n("numWindowsEmitted");
+        s.num_late_events += n("numLateEvents");
         s.lag = lag;
+        s.watermark = v["watermark"].as_i64().or(s.watermark);
     }
 }
 
