@@ -13,6 +13,7 @@ mod console;
 mod dedup;
 mod join;
 mod kafka;
+mod kafka_continuous;
 mod kafka_faults;
 mod kafka_mock;
 mod kafka_sources;

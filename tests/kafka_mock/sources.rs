@@ -1,7 +1,5 @@
-//! What reads the mock's topics: continuous mode passing records through as they arrive and
-//! stopping on SIGTERM with its position committed; the metrics endpoint beside idle
-//! connections; `weir record`; the demo; and a source topic written in transactions, read
-//! exactly through its commit markers.
+//! What reads the mock's topics: the metrics endpoint beside idle connections; the demo; and a
+//! source topic written in transactions, read exactly through its commit markers.
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
@@ -10,6 +8,17 @@ use std::time::Duration;
 use crate::common::kafka::*;
 use crate::common::*;
 use rdkafka::mocking::MockCluster;
+
+#[test]
+fn the_demo_prints_windows_and_alerts_and_stops_cleanly() {
+    let out = ok(weir().current_dir(root()).args(["demo", "--events", "300000", "--rate", "100000"]).output().unwrap());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let windows = stdout.lines().filter(|l| l.starts_with("window ")).count();
+    assert!(windows >= 3, "finalized windows printed:\n{stdout}");
+    assert!(stdout.lines().any(|l| l.starts_with("ALERT")), "the injected error burst raises an alert:\n{stdout}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("produced 300000 orders"), "{stderr}");
+}
 
 /// `plugins/orders-alerts/pipeline.toml` (continuous mode, Kafka to Kafka) on `cluster`, reading
 /// from the earliest offset, with its checkpoint in `dir`.
@@ -28,70 +37,6 @@ fn alerts_pipeline(
     let p = dir.join("alerts.toml");
     std::fs::write(&p, text).unwrap();
     p
-}
-
-#[test]
-fn continuous_mode_passes_records_through_as_they_arrive_and_stops_on_sigterm() {
-    let cluster = MockCluster::new(1).unwrap();
-    let brokers = cluster.bootstrap_servers();
-    let dir = tempfile::tempdir().unwrap();
-    let p = alerts_pipeline(&cluster, dir.path());
-
-    let mut child = weir().arg("run").arg(&p).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
-    // Records produced while it runs come out without any trigger.
-    let events = orders(dir.path(), 5_000, 9);
-    produce_lines(&brokers, "orders", 1, &events, true);
-    let text = std::fs::read_to_string(&events).unwrap();
-    let want: Vec<serde_json::Value> =
-        json_lines(&text).into_iter().filter(|v| v["status"] == "ERROR" || v["status"] == "PENDING").collect();
-    let got = read_topic(&brokers, "orders-alerts", |o| o.len() >= want.len(), Duration::from_secs(60));
-    let got: Vec<serde_json::Value> = got.into_iter().map(|o| o.value).collect();
-    assert_eq!(got, want, "the alerts, in order, each once");
-
-    ok(std::process::Command::new("kill").args(["-TERM", &child.id().to_string()]).output().unwrap());
-    let log: Vec<String> = BufReader::new(child.stderr.take().unwrap()).lines().map(|l| l.unwrap()).collect();
-    let status = child.wait().unwrap();
-    assert!(status.success(), "SIGTERM exits 0, got {status}:\n{}", log.join("\n"));
-    let out = ok(weir().arg("inspect").arg(dir.path().join("checkpoint")).output().unwrap());
-    let inspect = String::from_utf8(out.stdout).unwrap();
-    assert!(inspect.contains("orders/0@5000"), "the position is committed on the way out:\n{inspect}");
-}
-
-#[test]
-fn the_demo_prints_windows_and_alerts_and_stops_cleanly() {
-    let out = ok(weir().current_dir(root()).args(["demo", "--events", "300000", "--rate", "100000"]).output().unwrap());
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    let windows = stdout.lines().filter(|l| l.starts_with("window ")).count();
-    assert!(windows >= 3, "finalized windows printed:\n{stdout}");
-    assert!(stdout.lines().any(|l| l.starts_with("ALERT")), "the injected error burst raises an alert:\n{stdout}");
-    let stderr = String::from_utf8(out.stderr).unwrap();
-    assert!(stderr.contains("produced 300000 orders"), "{stderr}");
-}
-
-#[test]
-fn weir_record_captures_key_timestamp_partition_offset_and_headers() {
-    let cluster = MockCluster::new(1).unwrap();
-    cluster.create_topic("orders", 3, 1).unwrap();
-    let brokers = cluster.bootstrap_servers();
-    let dir = tempfile::tempdir().unwrap();
-    let events = orders(dir.path(), 3_000, 2);
-    produce_lines(&brokers, "orders", 3, &events, true);
-    let out = ok(weir().args(["record", "--brokers", &brokers, "--topic", "orders"]).output().unwrap());
-    let lines = json_lines(&String::from_utf8(out.stdout).unwrap());
-    let sent = json_lines(&std::fs::read_to_string(&events).unwrap());
-    assert_eq!(lines.len(), sent.len());
-    for l in &lines {
-        let (part, offset) = (l["partition"].as_i64().unwrap(), l["offset"].as_i64().unwrap());
-        // Line i went to partition i % 3, at offset i / 3.
-        let order = &sent[(offset * 3 + part) as usize];
-        assert_eq!(
-            l["value"].as_str().map(|v| serde_json::from_str::<serde_json::Value>(v).unwrap()).as_ref(),
-            Some(order)
-        );
-        assert_eq!(l["key"], order["user_id"].to_string());
-        assert_eq!(l["timestamp"], order["order_ts"]);
-        assert_eq!(l["headers"]["producer"], "weir-test");
-    }
 }
 
 /// The metrics endpoint is a real HTTP server: clients that connect and send nothing do not
