@@ -12,20 +12,11 @@ use crate::common::apache_kafka::ApacheKafka;
 use crate::common::kafka::*;
 use crate::common::*;
 
-/// `plugins/orders-alerts/pipeline.toml` (continuous mode, Kafka to Kafka) on `broker`, reading
-/// from the earliest offset, with its checkpoint in `dir`.
+/// The orders-alerts pipeline on `broker`, with both its topics made there.
 fn alerts_pipeline(broker: &ApacheKafka, dir: &Path) -> PathBuf {
     broker.create_topic("orders", 1);
     broker.create_topic("orders-alerts", 1);
-    let text = std::fs::read_to_string(root().join("plugins/orders-alerts/pipeline.toml"))
-        .unwrap()
-        .replace("127.0.0.1:9092", &broker.brokers())
-        .replace("starting_offsets = \"latest\"", "starting_offsets = \"earliest\"")
-        .replace("../dist/", &format!("{}/", root().join("plugins/dist").display()))
-        .replace("../../out/orders-alerts/checkpoint", &dir.join("checkpoint").display().to_string());
-    let p = dir.join("alerts.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+    alerts_pipeline_on(&broker.brokers(), dir)
 }
 
 /// The ERROR and PENDING orders of `events`, in order.

@@ -168,3 +168,19 @@ pub fn produce_markers_in(brokers: &str, topic: &str, partitions: i32) {
     }
     p.flush(Duration::from_secs(10)).unwrap();
 }
+
+/// `plugins/orders-alerts/pipeline.toml` (continuous mode, `orders` to `orders-alerts`) on
+/// `brokers`, reading from the earliest offset, with its checkpoint in `dir`: its path. The
+/// caller makes both topics, as its broker does.
+pub fn alerts_pipeline_on(brokers: &str, dir: &Path) -> std::path::PathBuf {
+    let root = super::root();
+    let text = std::fs::read_to_string(root.join("plugins/orders-alerts/pipeline.toml"))
+        .unwrap()
+        .replace("127.0.0.1:9092", brokers)
+        .replace("starting_offsets = \"latest\"", "starting_offsets = \"earliest\"")
+        .replace("../dist/", &format!("{}/", root.join("plugins/dist").display()))
+        .replace("../../out/orders-alerts/checkpoint", &dir.join("checkpoint").display().to_string());
+    let p = dir.join("alerts.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}

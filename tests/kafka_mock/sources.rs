@@ -20,23 +20,14 @@ fn the_demo_prints_windows_and_alerts_and_stops_cleanly() {
     assert!(stderr.contains("produced 300000 orders"), "{stderr}");
 }
 
-/// `plugins/orders-alerts/pipeline.toml` (continuous mode, Kafka to Kafka) on `cluster`, reading
-/// from the earliest offset, with its checkpoint in `dir`.
+/// The orders-alerts pipeline on `cluster`, with both its topics made there.
 fn alerts_pipeline(
     cluster: &MockCluster<'_, rdkafka::producer::DefaultProducerContext>,
     dir: &std::path::Path,
 ) -> std::path::PathBuf {
     cluster.create_topic("orders", 1, 1).unwrap();
     cluster.create_topic("orders-alerts", 1, 1).unwrap();
-    let text = std::fs::read_to_string(root().join("plugins/orders-alerts/pipeline.toml"))
-        .unwrap()
-        .replace("127.0.0.1:9092", &cluster.bootstrap_servers())
-        .replace("starting_offsets = \"latest\"", "starting_offsets = \"earliest\"")
-        .replace("../dist/", &format!("{}/", root().join("plugins/dist").display()))
-        .replace("../../out/orders-alerts/checkpoint", &dir.join("checkpoint").display().to_string());
-    let p = dir.join("alerts.toml");
-    std::fs::write(&p, text).unwrap();
-    p
+    alerts_pipeline_on(&cluster.bootstrap_servers(), dir)
 }
 
 /// The metrics endpoint is a real HTTP server: clients that connect and send nothing do not

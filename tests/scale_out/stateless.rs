@@ -193,6 +193,9 @@ fn continuous_mode_shares_the_tasks_at_least_once() {
     let all = input(dir.path(), 12_000);
     let b = Member::start_leader(&p, &dir.path().join("b"));
     let mut a = Member::start(&p, &dir.path().join("a"));
+    // `a` holds tasks before the first orders arrive, or `b` may read them all first and `a`
+    // have nothing to commit until the next chunk, which waits for it.
+    a.wait_log("assigned to this process");
     produce_chunk(&brokers, dir.path(), &all, 0, 3);
     a.wait_batches(0, 1);
     produce_chunk(&brokers, dir.path(), &all, 1, 3);
