@@ -30,7 +30,7 @@ fn coordinator_killed(protocol: Protocol) {
     let p = group_pipeline(dir.path(), &brokers, MICRO_BATCHES);
     let all = input(dir.path(), 12_000);
     let a = Member::start_leader(&p, &dir.path().join("a"));
-    produce_chunk(&brokers, dir.path(), &all, 0, 3);
+    produce_chunk(&brokers, dir.path(), &all, 0, 4);
     a.wait_batches(0, 1);
     let kafka = broker.kafka.as_mut().expect("Apache Kafka");
     let coordinator = kafka.coordinator_of("scaled");
@@ -41,11 +41,14 @@ fn coordinator_killed(protocol: Protocol) {
     b.wait_log("joined group scaled");
     kafka.kill_node(coordinator);
     eprintln!("killed node {} (the coordinator of group scaled)", coordinator + 1);
-    produce_chunk(&brokers, dir.path(), &all, 1, 3);
+    produce_chunk(&brokers, dir.path(), &all, 1, 4);
     b.wait_log("assigned to this process");
+    // `a` may have read all of chunk 1 while the rebalance was slow to finish, so `b` is only
+    // sure to have work once a chunk arrives after it holds its tasks, with the node still down.
+    produce_chunk(&brokers, dir.path(), &all, 2, 4);
     b.wait_batches(0, 1);
     kafka.restart_node(coordinator);
-    produce_chunk(&brokers, dir.path(), &all, 2, 3);
+    produce_chunk(&brokers, dir.path(), &all, 3, 4);
     check_exactly_once(&dir.path().join("out"), &wanted(&all), &[&a, &b]);
     for m in [b, a] {
         let (status, log) = m.stop();
