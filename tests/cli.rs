@@ -42,6 +42,19 @@ fn usage_errors_exit_2_and_name_the_fix() {
     assert!(column.is_some_and(|c| !c.is_empty()), "line and column of the error: {err}");
 }
 
+/// `weir broker` refuses a port in use and a malformed `--topic`, with exit 2 naming the flag.
+#[test]
+fn weir_broker_refuses_a_taken_port_and_a_bad_topic_naming_the_flag() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let out = weir().args(["broker", "--port", &port]).output().unwrap();
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--port"), "{}", stderr(&out));
+    let out = weir().args(["broker", "--port", "0", "--topic", "orders:none"]).output().unwrap();
+    assert_eq!(code(&out), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--topic orders:none"), "{}", stderr(&out));
+}
+
 /// A `config` key the plugin never reads is a typo or a setting it does not have: refused at
 /// start-up with the key and the closest one it does read, exit 2, nothing computed.
 #[test]

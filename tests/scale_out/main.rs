@@ -21,6 +21,7 @@ mod brokers;
 mod faults;
 mod harness;
 mod kafka_sink;
+mod quick_start;
 mod stateless;
 mod two_stages;
 mod windows;

@@ -83,6 +83,10 @@ pub(super) enum Command {
     /// The demo: an embedded Kafka broker, generated orders flowing into it, and the orders
     /// error-rate pipeline reading them through the Wasm plugins, printing windows and alerts.
     Demo(Demo),
+    /// A Kafka broker to try Weir on, with nothing installed (librdkafka's mock cluster, on
+    /// 127.0.0.1:9092): the topics of the given pipelines made, a group's own topics too, and
+    /// with --orders generated orders flowing in. Not for data that matters (docs/kafka.md).
+    Broker(Broker),
 }
 
 #[derive(Subcommand)]
@@ -215,6 +219,11 @@ pub(super) struct Bench {
     /// file).
     #[arg(long)]
     pub kafka: bool,
+    /// With --kafka or --latency: a broker you run (host:port,...) instead of the embedded one.
+    /// The run makes topics of its own there (`weir-bench-PID-MILLIS.` before the pipeline's
+    /// names), with 6 input partitions, and deletes them at the end.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub brokers: Option<String>,
     /// Also write the rows to this file (JSON lines), to check them.
     #[arg(long)]
     pub rows: Option<std::path::PathBuf>,
@@ -324,4 +333,25 @@ pub(super) struct Demo {
     /// Print one JSON progress object per batch to stderr.
     #[arg(long)]
     pub progress_json: bool,
+}
+
+// `weir broker`.
+#[derive(Args)]
+pub(super) struct Broker {
+    /// Pipeline files whose topics to make: their Kafka source and sink topics and, with
+    /// `[scale] group`, the group's own topics.
+    pub pipelines: Vec<PathBuf>,
+    /// The loopback port that takes bootstrap connections (the port the pipelines name).
+    #[arg(long, default_value_t = crate::tryout::DEFAULT_PORT)]
+    pub port: u16,
+    /// Partitions of each source and sink topic.
+    #[arg(long, default_value_t = crate::tryout::DEFAULT_PARTITIONS)]
+    pub partitions: i32,
+    /// Another topic to make: NAME, or NAME:PARTITIONS (repeatable).
+    #[arg(long = "topic")]
+    pub topics: Vec<String>,
+    /// Produce this many generated orders per second into the first pipeline's source topic
+    /// (1000 orders are one simulated second, as in `weir demo`).
+    #[arg(long)]
+    pub orders: Option<u64>,
 }

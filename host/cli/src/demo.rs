@@ -15,16 +15,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::driver::{self, Flush, Output, RunOptions, Stages};
+use crate::feed;
 use crate::pipeline::{Pipeline, SourceKind};
 use crate::plugin::Runtime;
 use crate::progress::{Progress, show_time};
 use crate::sink::{Delivery, RowSink, Rows, SinkError};
-use crate::workload::OrderStream;
 use anyhow::{Context, Result, bail};
 use rdkafka::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 
 pub(super) struct DemoArgs {
@@ -63,7 +62,7 @@ pub(super) fn demo(mut args: DemoArgs, runtime: &Arc<Runtime>, stop: Arc<AtomicB
     let producer = {
         let (brokers, stop, produced) = (brokers.clone(), stop.clone(), produced.clone());
         let (rate, events) = (args.rate, args.events);
-        std::thread::spawn(move || produce(&brokers, rate, events, &stop, &produced))
+        std::thread::spawn(move || feed::produce(&brokers, TOPIC, PARTITIONS, rate, events, &stop, &produced))
     };
     let watcher = args.events.map(|n| {
         let (brokers, stop) = (brokers.clone(), stop.clone());
@@ -127,55 +126,6 @@ impl<W: Write + Send> RowSink for Alerts<W> {
         }
         self.out.flush()?;
         Ok(())
-    }
-}
-
-/// Produces paced orders until `events` are out or `stop` is raised; returns how many.
-fn produce(brokers: &str, rate: u64, events: Option<u64>, stop: &AtomicBool, produced: &AtomicU64) -> Result<u64> {
-    let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("linger.ms", "5")
-        .create()
-        .context("cannot create the demo producer")?;
-    let mut orders = OrderStream::new(events.unwrap_or(u64::MAX), 7);
-    let pacer = super::Pacer::new(rate);
-    let mut n = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        if let Some(wait) = pacer.ahead(n) {
-            producer.poll(Duration::ZERO);
-            std::thread::sleep(wait.min(Duration::from_millis(10)));
-            continue;
-        }
-        let Some(line) = orders.next_line() else { break };
-        let line = with_bursts(line.trim_end(), n);
-        let record = BaseRecord::<(), str>::to(TOPIC).payload(&line).partition((n % PARTITIONS as u64) as i32);
-        match producer.send(record) {
-            Ok(()) => {
-                n += 1;
-                produced.store(n, Ordering::Relaxed);
-            }
-            Err((e, _)) => {
-                producer.poll(Duration::from_millis(10));
-                if !matches!(
-                    e,
-                    rdkafka::error::KafkaError::MessageProduction(rdkafka::types::RDKafkaErrorCode::QueueFull)
-                ) {
-                    bail!("the demo producer failed: {e}");
-                }
-            }
-        }
-    }
-    producer.flush(Duration::from_secs(10)).context("cannot flush the demo producer")?;
-    Ok(n)
-}
-
-/// In every fifth simulated minute, one order in six more fails.
-fn with_bursts(line: &str, n: u64) -> String {
-    let minute = n / 60_000;
-    if minute % 5 == 2 && n.is_multiple_of(6) {
-        line.replace("\"status\":\"OK\"", "\"status\":\"ERROR\"")
-    } else {
-        line.to_string()
     }
 }
 

@@ -8,6 +8,7 @@ mod build;
 mod client;
 mod demo;
 mod exit;
+mod feed;
 mod inspect;
 mod metrics;
 mod new;
@@ -15,6 +16,7 @@ mod projects;
 mod record;
 mod run;
 mod test;
+mod tryout;
 
 // The crates below, under the names this one's modules use.
 use weir_config as pipeline;
@@ -95,6 +97,7 @@ fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
             Ok(Exit::Done)
         }
         Command::Demo(a) => demo_command(a),
+        Command::Broker(a) => broker_command(a),
     }
 }
 
@@ -183,19 +186,22 @@ fn gen_command(what: GenWhat) -> Result<Exit> {
 
 /// `weir bench`: throughput.
 fn bench_command(a: args::Bench) -> Result<Exit> {
-    let args::Bench { pipeline, events, seed, native, cores, no_fsync, restart, kafka, rows, .. } = a;
+    let args::Bench { pipeline, events, seed, native, cores, no_fsync, restart, kafka, rows, brokers, .. } = a;
+    if brokers.is_some() && !kafka {
+        return Err(exit::Usage("--brokers is where --kafka or --latency measure: add one of them".into()).into());
+    }
     let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-error-rate/pipeline.toml".into());
     let pipeline = run::load(&pipeline)?;
-    let args = bench::BenchArgs { pipeline, events, seed, native, cores, no_fsync, restart, kafka, rows };
+    let args = bench::BenchArgs { pipeline, events, seed, native, cores, no_fsync, restart, kafka, brokers, rows };
     bench::bench(args)?;
     Ok(Exit::Done)
 }
 
 /// `weir bench --latency`: the percentiles of the pipeline's latency, or of a baseline's.
 fn latency_command(a: args::Bench) -> Result<Exit> {
-    let args::Bench { pipeline, rate, seconds, baseline, rows, .. } = a;
+    let args::Bench { pipeline, rate, seconds, baseline, rows, brokers, .. } = a;
     let pipeline = pipeline.unwrap_or_else(|| "plugins/orders-alerts/pipeline.toml".into());
-    let args = bench::latency::LatencyArgs { pipeline: run::load(&pipeline)?, rate, seconds, baseline, rows };
+    let args = bench::latency::LatencyArgs { pipeline: run::load(&pipeline)?, rate, seconds, baseline, rows, brokers };
     let runtime = run::runtime([&args.pipeline])?;
     let l = bench::latency::measure(args, &runtime)?;
     let what = match baseline {
@@ -282,6 +288,14 @@ fn demo_command(a: args::Demo) -> Result<Exit> {
     let runtime = run::runtime([&args.pipeline])?;
     demo::demo(args, &runtime, run::stop_on_signals()?)?;
     Ok(Exit::Done)
+}
+
+/// `weir broker`: a mock broker with the pipelines' topics, until Ctrl-C.
+fn broker_command(a: args::Broker) -> Result<Exit> {
+    let args::Broker { pipelines, port, partitions, topics, orders } = a;
+    let pipelines = pipelines.into_iter().map(|p| run::load(&p).map(|l| (p, l))).collect::<Result<Vec<_>>>()?;
+    let args = tryout::BrokerArgs { pipelines, port, partitions, topics, orders };
+    tryout::broker(args, run::stop_on_signals()?)
 }
 
 /// Paces a producer at `rate` records per second: record `n` is due `n / rate` seconds after

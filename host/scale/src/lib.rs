@@ -63,6 +63,7 @@ use topics::{create_topics, input_partitions};
 pub use inspect::group as inspect;
 pub use layout::ledger_topic;
 pub use rollup::Rollup;
+pub use topics::group_topics;
 
 /// How often the membership consumer is polled: its rebalance callbacks run in the poll.
 const POLL: Duration = Duration::from_millis(100);

@@ -65,14 +65,7 @@ pub(super) fn create_topics(
     group: &str,
     stop: &AtomicBool,
 ) -> Result<(), RunError> {
-    let compacted = [("cleanup.policy", "compact")];
-    let mut wanted = vec![(layout.ledger.clone(), layout.ledger_partitions(), &compacted[..])];
-    let retention = [("cleanup.policy", "delete"), ("retention.ms", REPARTITION_RETENTION_MS)];
-    if let Some((shuffle, q)) = &layout.shuffle {
-        wanted.push((shuffle.clone(), *q, &retention[..]));
-        wanted.push((shuffle::changelog_topic(group), *q, &compacted[..]));
-    }
-    for (topic, partitions, config) in &wanted {
+    for (topic, partitions, config) in &wanted(layout, group) {
         // Created only if missing: topics may also be made beforehand, by whoever may.
         let mut found = topic_partitions(options, topic, stop)?;
         if found == 0 {
@@ -93,6 +86,34 @@ pub(super) fn create_topics(
         }
     }
     Ok(())
+}
+
+/// A topic's settings, as `name = value` pairs.
+type Settings = &'static [(&'static str, &'static str)];
+
+/// The group's own topics: each one's name, partitions and settings.
+fn wanted(layout: &Layout, group: &str) -> Vec<(String, i32, Settings)> {
+    const COMPACTED: Settings = &[("cleanup.policy", "compact")];
+    const RETAINED: Settings = &[("cleanup.policy", "delete"), ("retention.ms", REPARTITION_RETENTION_MS)];
+    let mut wanted = vec![(layout.ledger.clone(), layout.ledger_partitions(), COMPACTED)];
+    if let Some((shuffle, q)) = &layout.shuffle {
+        wanted.push((shuffle.clone(), *q, RETAINED));
+        wanted.push((shuffle::changelog_topic(group), *q, COMPACTED));
+    }
+    wanted
+}
+
+/// The topics the first process of `pipeline`'s group would create over an input of
+/// `input_partitions` (name and partitions), for a broker that cannot create topics: `weir
+/// broker` makes them beforehand.
+pub fn group_topics(
+    pipeline: &crate::pipeline::Pipeline,
+    group: &str,
+    input: &str,
+    input_partitions: i32,
+) -> Vec<(String, i32)> {
+    let layout = Layout::of(pipeline, group, input, input_partitions);
+    wanted(&layout, group).into_iter().map(|(t, p, _)| (t, p)).collect()
 }
 
 fn topic_partitions(options: &[(String, String)], topic: &str, stop: &AtomicBool) -> Result<i32, RunError> {

@@ -16,7 +16,7 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{BaseProducer, BaseRecord, Producer};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
-use crate::broker::{BATCHED, Embedded};
+use crate::broker::{BATCHED, BenchBroker};
 use crate::pipeline::{KafkaSourceConfig, Pipeline, SourceKind, StartingOffsets, Trigger};
 use crate::plugin::Runtime;
 use crate::workload::OrderStream;
@@ -32,7 +32,7 @@ const FETCH_WAIT_MS: &str = "10";
 /// The orders waiting in the embedded broker.
 pub(super) struct KafkaInput {
     /// Kept running for the pipeline.
-    _broker: Embedded,
+    _broker: BenchBroker,
     pub orders: u64,
     pub partitions: i32,
     pub produce_s: f64,
@@ -41,8 +41,8 @@ pub(super) struct KafkaInput {
 }
 
 /// Produces `n` orders of `seed` into the embedded broker and points `p` at them.
-pub(super) fn prepare(p: &mut Pipeline, n: u64, seed: u64) -> Result<KafkaInput> {
-    let broker = Embedded::start()?;
+pub(super) fn prepare(p: &mut Pipeline, n: u64, seed: u64, brokers: Option<&str>) -> Result<KafkaInput> {
+    let broker = BenchBroker::start(brokers)?;
     let topic = match &mut p.source.kind {
         SourceKind::Kafka(k) => match k.topics.as_slice() {
             [t] => {
@@ -63,13 +63,14 @@ pub(super) fn prepare(p: &mut Pipeline, n: u64, seed: u64) -> Result<KafkaInput>
             TOPIC.into()
         }
     };
-    broker.point(&mut p.source.kind, None)?;
+    let (topics, _) = broker.point(&mut p.source.kind, None)?;
+    let topic = topics.first().cloned().unwrap_or(topic);
     if !matches!(p.trigger, Trigger::Continuous { .. }) {
         p.trigger = Trigger::AvailableNow;
     }
     let partitions = broker.topic_for(&topic, n, BATCHED, &format!("--events {n}"))?;
     let started = Instant::now();
-    produce(&broker.brokers, &topic, partitions, n, seed)?;
+    produce(broker.brokers(), &topic, partitions, n, seed)?;
     let produce_s = started.elapsed().as_secs_f64();
     let SourceKind::Kafka(source) = &p.source.kind else { bail!("the pipeline reads Kafka by now") };
     let source = KafkaSourceConfig { group_id: format!("{}-bare", source.group_id), ..source.clone() };

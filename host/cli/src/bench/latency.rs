@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::broker::{ALONE, Embedded, partition_of};
+use crate::broker::{ALONE, BenchBroker};
 use crate::driver::{self, Flush, Output, RunOptions, Stages};
 use crate::pipeline::{Pipeline, SinkConfig, SourceKind, StartingOffsets};
 use crate::plugin::Runtime;
@@ -43,6 +43,8 @@ pub(crate) struct LatencyArgs {
     pub baseline: Option<Baseline>,
     /// Where the output rows go, besides being timed.
     pub rows: Option<PathBuf>,
+    /// A broker the user runs, instead of the embedded one.
+    pub brokers: Option<String>,
 }
 
 /// What stands between the producer and the reader instead of the pipeline.
@@ -73,17 +75,21 @@ const WARM_UP: Duration = Duration::from_secs(1);
 /// a few thousand single-record batches a second. It is part of what is measured: the same
 /// setting is in the `--baseline` figures.
 const PRODUCER_LINGER_MS: &str = "1";
-/// The reader's `fetch.wait.max.ms`. The embedded broker answers a fetch that finds nothing
-/// only when this has passed (it never answers early), so it is kept short; 0 would make the
-/// reader ask again at once, forever, on the cores the pipeline needs.
+/// The reader's `fetch.wait.max.ms` on the embedded broker, which answers a fetch that finds
+/// nothing only when this has passed (it never answers early), so it is kept short; 0 would
+/// make the reader ask again at once, forever, on the cores the pipeline needs.
 const READER_FETCH_WAIT_MS: &str = "1";
+/// The same on a broker the user runs (`--brokers`): Kafka answers a waiting fetch as soon as
+/// records arrive, so a long wait costs the reader no latency, and spares the broker and the
+/// pipeline's cores a thousand empty fetches a second.
+const EXTERNAL_READER_FETCH_WAIT_MS: &str = "100";
 /// The orders' seed: `weir gen orders RATE*SECONDS --seed 11` writes what a run produces.
 const SEED: u64 = 11;
 /// How long the pipeline may take to pass the last orders on after the producer is done.
 const DRAIN: Duration = Duration::from_millis(500);
 
 pub(crate) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<Latencies> {
-    let broker = Embedded::start()?;
+    let broker = BenchBroker::start(args.brokers.as_deref())?;
     let p = &mut args.pipeline;
     let (inputs, output) = broker.point(&mut p.source.kind, p.sink.as_mut())?;
     // The topic is new: everything produced is read, from the pipeline's first moment.
@@ -105,9 +111,10 @@ pub(crate) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<L
 
     let stop = Arc::new(AtomicBool::new(false));
     let reader = {
-        let (brokers, stop) = (broker.brokers.clone(), stop.clone());
+        let (brokers, stop) = (broker.brokers().to_string(), stop.clone());
+        let wait = if broker.is_embedded() { READER_FETCH_WAIT_MS } else { EXTERNAL_READER_FETCH_WAIT_MS };
         let (rows, timed_from) = (args.rows.clone(), now_us() + WARM_UP.as_micros() as u64);
-        std::thread::spawn(move || read_latencies(&brokers, &read, read_partitions, timed_from, rows, &stop))
+        std::thread::spawn(move || read_latencies(&brokers, wait, &read, read_partitions, timed_from, rows, &stop))
     };
     let scratch = driver::scratch_checkpoint().context("cannot create a checkpoint directory")?;
     let run = match args.baseline {
@@ -135,7 +142,7 @@ pub(crate) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<L
             }))
         }
     };
-    let produced = produce(&broker.brokers, &input, partitions, args.rate, Duration::from_secs(args.seconds), &stop);
+    let produced = produce(&broker, &input, partitions, args.rate, Duration::from_secs(args.seconds), &stop);
     // Let the last orders through, then stop everything.
     std::thread::sleep(DRAIN);
     stop.store(true, Ordering::Relaxed);
@@ -197,7 +204,7 @@ fn now_us() -> u64 {
 
 /// Produces paced orders, filling the partitions one after the other.
 fn produce(
-    brokers: &str,
+    broker: &BenchBroker,
     topic: &str,
     partitions: i32,
     rate: u64,
@@ -205,7 +212,7 @@ fn produce(
     stop: &AtomicBool,
 ) -> Result<u64> {
     let producer: BaseProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+        .set("bootstrap.servers", broker.brokers())
         .set("linger.ms", PRODUCER_LINGER_MS)
         .create()
         .context("cannot create the producer")?;
@@ -222,7 +229,7 @@ fn produce(
         }
         let Some(line) = orders.next_line() else { break };
         let payload = format!("{{\"sent_us\":{},{}", now_us(), &line.trim_end()[1..]);
-        let partition = partition_of(n, ALONE, partitions);
+        let partition = broker.partition(n, ALONE, partitions);
         if producer.send(BaseRecord::<(), str>::to(topic).payload(&payload).partition(partition)).is_err() {
             producer.poll(Duration::from_millis(1));
             continue;
@@ -239,6 +246,7 @@ fn produce(
 /// figures would flatter.
 fn read_latencies(
     brokers: &str,
+    fetch_wait_ms: &str,
     topic: &str,
     partitions: i32,
     timed_from: u64,
@@ -248,7 +256,7 @@ fn read_latencies(
     let consumer: BaseConsumer = ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", "weir-latency-bench")
-        .set("fetch.wait.max.ms", READER_FETCH_WAIT_MS)
+        .set("fetch.wait.max.ms", fetch_wait_ms)
         .set("isolation.level", "read_uncommitted")
         .set("auto.offset.reset", "error")
         .create()

@@ -34,6 +34,8 @@ pub(super) struct BenchArgs {
     pub no_fsync: bool,
     pub restart: bool,
     pub kafka: bool,
+    /// `--brokers`: a broker the user runs, for `kafka`.
+    pub brokers: Option<String>,
     /// Where the rows go, besides the digest.
     pub rows: Option<PathBuf>,
 }
@@ -51,7 +53,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
     }
     let (p, input) = if a.kafka {
         let mut p = a.pipeline;
-        let input = kafka::prepare(&mut p, a.events, a.seed)?;
+        let input = kafka::prepare(&mut p, a.events, a.seed, a.brokers.as_deref())?;
         println!(
             "{} orders produced into the embedded broker ({} partitions) in {:.3}s",
             input.orders, input.partitions, input.produce_s

@@ -1,0 +1,164 @@
+//! The scale-out quick start of `docs/scale-out.md`, run as written there: `weir broker` with
+//! the group's file and `--orders`, two `weir run` processes of the group, `weir inspect`, and
+//! Ctrl-C for each. Only the port differs (a free one, not 9092) and the paths the file names.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::Instant;
+
+use crate::common::*;
+use crate::harness::{PATIENCE, one_at_a_time};
+
+/// Windows the two processes must have printed between them before the test looks at them.
+const WINDOWS: usize = 4;
+
+#[test]
+fn the_scale_out_quick_start_works_as_written() {
+    let _alone = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let file = quick_start_file(dir.path(), port);
+    let port_arg = port.to_string();
+    let args = [
+        "broker".as_ref(),
+        file.as_os_str(),
+        "--orders".as_ref(),
+        "20000".as_ref(),
+        "--port".as_ref(),
+        port_arg.as_ref(),
+    ];
+    let mut broker = Proc::spawn(&args, dir.path(), "broker");
+    broker.wait_out("Ctrl-C stops it");
+    let mut a = Proc::run(&file, dir.path(), "a");
+    a.wait_err("assigned to this process");
+    let mut b = Proc::run(&file, dir.path(), "b");
+    b.wait_err("assigned to this process");
+    b.wait_err("claimed");
+    let deadline = Instant::now() + PATIENCE;
+    while windows(&[&a.out(), &b.out()]).len() < WINDOWS {
+        assert!(Instant::now() < deadline, "fewer than {WINDOWS} windows; a:\n{}\nb:\n{}", a.err(), b.err());
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let inspect = ok(weir().arg("inspect").arg(&file).output().unwrap());
+    let text = String::from_utf8_lossy(&inspect.stdout).into_owned();
+    let members: Vec<&str> = text.lines().filter(|l| l.starts_with("member ") && l.contains("tasks [")).collect();
+    assert_eq!(members.len(), 2, "both processes hold tasks:\n{text}");
+    let (mut a_out, mut b_out) = (String::new(), String::new());
+    for (p, out) in [(a, &mut a_out), (b, &mut b_out)] {
+        let (status, printed, err) = p.stop();
+        assert!(status.success(), "a process of the group failed: {status}\n{err}");
+        *out = printed;
+    }
+    let (status, out, _) = broker.stop();
+    assert!(status.success(), "the broker failed: {status}\n{out}");
+    assert!(out.contains("produced "), "the broker says what it produced:\n{out}");
+    // Every window is printed once, by whichever process held its stage-2 task, and the
+    // windows follow one another minute by minute.
+    let found = windows(&[&a_out, &b_out]);
+    let starts: Vec<i64> = found.iter().map(|w| w["window_start"].as_i64().unwrap()).collect();
+    let mut unique = starts.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), starts.len(), "a window printed twice: {starts:?}");
+    for pair in unique.windows(2) {
+        assert_eq!(pair[1] - pair[0], 60_000, "windows follow one another: {unique:?}");
+    }
+    for w in &found {
+        let (count, errors) = (w["count"].as_u64().unwrap(), w["errors"].as_u64().unwrap());
+        assert!(count > 0 && errors <= count, "a window of orders: {w}");
+    }
+}
+
+/// A `weir` process of the quick start, its stdout and stderr in files under the test's
+/// directory.
+struct Proc {
+    child: Child,
+    out: PathBuf,
+    err: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn spawn(args: &[&std::ffi::OsStr], dir: &Path, name: &str) -> Proc {
+        let (out, err) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
+        let child = weir()
+            .args(args)
+            .env("WEIR_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(&err).unwrap())
+            .spawn()
+            .unwrap();
+        Proc { child, out, err }
+    }
+
+    /// `weir run FILE --checkpoint DIR/NAME`.
+    fn run(file: &Path, dir: &Path, name: &str) -> Proc {
+        let checkpoint = dir.join(name);
+        Proc::spawn(&["run".as_ref(), file.as_os_str(), "--checkpoint".as_ref(), checkpoint.as_os_str()], dir, name)
+    }
+
+    fn out(&self) -> String {
+        std::fs::read_to_string(&self.out).unwrap_or_default()
+    }
+
+    fn err(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    fn wait_out(&mut self, text: &str) {
+        self.wait(text, Proc::out);
+    }
+
+    fn wait_err(&mut self, text: &str) {
+        self.wait(text, Proc::err);
+    }
+
+    fn wait(&mut self, text: &str, read: fn(&Proc) -> String) {
+        let deadline = Instant::now() + PATIENCE;
+        while !read(self).contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("exited ({status}) before printing {text:?}:\n{}\n{}", self.out(), self.err());
+            }
+            assert!(Instant::now() < deadline, "never printed {text:?}:\n{}\n{}", self.out(), self.err());
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Ctrl-C, as a user stops it; its exit status, stdout and stderr.
+    fn stop(mut self) -> (std::process::ExitStatus, String, String) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
+        let status = self.child.wait().unwrap();
+        (status, self.out(), self.err())
+    }
+}
+
+/// The windows printed to `outs` so far, in the order printed (a last line being written is
+/// left for later).
+fn windows(outs: &[&str]) -> Vec<serde_json::Value> {
+    outs.iter()
+        .flat_map(|o| o.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()).collect::<Vec<_>>())
+        .filter(|v| v.get("window_start").is_some())
+        .collect()
+}
+
+/// `plugins/orders-error-rate/group.toml` as the quick start runs it, on `port`, its plugins
+/// and checkpoint where this checkout and `dir` have them.
+fn quick_start_file(dir: &Path, port: u16) -> PathBuf {
+    let text = std::fs::read_to_string(root().join("plugins/orders-error-rate/group.toml")).unwrap();
+    assert!(text.contains("127.0.0.1:9092"), "the quick start's file names the broker's default port");
+    let dist = root().join("plugins/dist");
+    let text = text
+        .replace("127.0.0.1:9092", &format!("127.0.0.1:{port}"))
+        .replace("../dist/", &format!("{}/", dist.display()))
+        .replace("../../out/orders-error-rate-group/checkpoint", &dir.join("checkpoint").display().to_string());
+    let file = dir.join("group.toml");
+    std::fs::write(&file, text).unwrap();
+    file
+}
