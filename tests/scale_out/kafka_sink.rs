@@ -128,3 +128,60 @@ fn kafka_sink_through_kills(protocol: Protocol) {
     let identities: BTreeSet<&String> = owner.values().map(|(c, _)| c).collect();
     assert_eq!(identities.len(), PARTITIONS as usize, "one identity per task, whoever ran it");
 }
+
+/// A zombie producer: process `b`, paused (SIGSTOP) past its session timeout with the
+/// transactional Kafka sink, loses its tasks to `a` and to `c`, which joins meanwhile; their
+/// producers take the tasks' transactional ids, which fences `b`'s. Resumed, `b` finds itself
+/// fenced (or gives the tasks up) and whatever transaction it had open is aborted: a
+/// `read_committed` reader sees every wanted order exactly once.
+#[test]
+fn a_paused_process_s_producer_is_fenced_and_nothing_is_read_twice() {
+    let _alone = one_at_a_time();
+    let dir = tempfile::tempdir().unwrap();
+    let broker = Broker::kafka(dir.path(), Protocol::Classic);
+    if let Some(k) = &broker.kafka {
+        k.create_topic("alerts", PARTITIONS);
+    }
+    let brokers = broker.brokers.clone();
+    let p = kafka_sink_pipeline(dir.path(), &brokers);
+    let all = input(dir.path(), 12_000);
+    let want = wanted(&all);
+    let a = Member::start_leader(&p, &dir.path().join("a"));
+    let b = Member::start(&p, &dir.path().join("b"));
+    b.wait_log("assigned to this process");
+    produce_chunk(&brokers, dir.path(), &all, 0, 3);
+    b.wait_batches(0, 1);
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGSTOP) };
+    let before = a.batches.load(Ordering::SeqCst);
+    let c = Member::start(&p, &dir.path().join("c"));
+    produce_chunk(&brokers, dir.path(), &all, 1, 3);
+    // `a` and `c` deliver batches of every task, `b`'s included.
+    let deadline = Instant::now() + PATIENCE;
+    while a.tasks_since(before).union(&c.tasks_since(0)).count() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "b's tasks never moved:\n{}\n{}", a.log(), c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    unsafe { libc::kill(b.child.id() as i32, libc::SIGCONT) };
+    produce_chunk(&brokers, dir.path(), &all, 2, 3);
+    let found = |out: &[Out]| {
+        let ids: BTreeSet<u64> = out.iter().filter_map(|o| o.value["order_id"].as_u64()).collect();
+        want.iter().all(|id| ids.contains(id))
+    };
+    read_topic(&brokers, "alerts", found, PATIENCE);
+    let (_, b_log) = b.stop();
+    for m in [c, a] {
+        let (status, log) = m.stop();
+        assert!(status.success(), "a member failed: {status}\n{log}");
+    }
+    assert!(
+        b_log.contains("revoked") || b_log.contains("fenced"),
+        "the resumed process neither gave up its tasks nor was fenced:\n{b_log}"
+    );
+    let out = read_to_markers_in(&brokers, "alerts", PARTITIONS as i32);
+    let mut seen = BTreeSet::new();
+    for o in &out {
+        let id = o.value["order_id"].as_u64().unwrap();
+        assert!(seen.insert(id), "order {id} was read twice");
+    }
+    assert_eq!(seen, want, "every wanted order, and nothing else");
+}

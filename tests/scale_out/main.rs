@@ -20,6 +20,7 @@ mod common;
 mod brokers;
 mod faults;
 mod harness;
+mod inspect;
 mod kafka_sink;
 mod quick_start;
 mod stateless;

@@ -2,22 +2,29 @@
 //! read without joining it. Members and their tasks come from the consumer group (each member's
 //! assignment, decoded here); each task's epoch, owner, committed batch and position from its
 //! checkpoint record; lag from its partition's end (the input's, or for a stage-2 task the
-//! repartition topic's). Safe while the group runs: it claims nothing and commits nothing.
+//! repartition topic's), looked at twice [`LAG_WATCH`] apart to tell the tasks that fall behind.
+//! Safe while the group runs: it claims nothing and commits nothing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
+use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
-use super::ledger::KafkaLedger;
+use super::ledger::{Fold, KafkaLedger};
 use super::{Layout, TaskId, kafka};
 use crate::checkpoint::StateMeta;
 use crate::driver::RunError;
 use crate::kafka::{CALL_TIMEOUT, client_config, connection_options, with_retry};
 use crate::pipeline::{Pipeline, SourceKind};
 use crate::source::Offsets;
+
+/// How long `weir inspect` watches the group between its two looks at each task: a task whose
+/// lag grew by more than half of what arrived meanwhile is marked as falling behind. Longer
+/// than a continuous-mode commit interval (1 s by default), so a task that keeps up is not.
+const LAG_WATCH: Duration = Duration::from_secs(3);
 
 /// The group's view, as text.
 pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
@@ -78,37 +85,30 @@ pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         }
     }
     let described = described.is_ok();
-    for id in all {
-        let (t, p) = layout.source_of(id);
-        let task = super::task::name(pipeline, t, p);
-        let record =
-            KafkaLedger::read(&source.options, &layout.ledger, layout.ledger_partition(id), &task, stop.clone())?;
-        let fold = record.restored();
-        let (_, high) =
-            with_retry(&stop, "reading a task's input end", || consumer.fetch_watermarks(t, p, CALL_TIMEOUT))
-                .map_err(|e| RunError::Source(e.into()))?;
-        let meta: Option<StateMeta> = fold.meta.clone().and_then(|m| serde_json::from_value(m).ok());
-        let at = meta.as_ref().and_then(|m| match &m.source {
-            Offsets::Kafka { partitions } | Offsets::Repartition { partitions, .. } => {
-                partitions.iter().find(|o| o.partition == p).map(|o| o.offset)
-            }
-            _ => None,
-        });
+    let look = |id| look(pipeline, source, &layout, &consumer, id, &stop);
+    let first: Vec<Look> = all.iter().map(|&id| look(id)).collect::<Result<_, _>>()?;
+    // The second look, a while later, tells which tasks fall behind.
+    std::thread::sleep(LAG_WATCH);
+    for (&id, before) in all.iter().zip(&first) {
+        let now = look(id)?;
+        let fold = &now.fold;
         if !described && let Some(owner) = &fold.owner {
             held.insert(id, owner.clone());
         }
         let gone = gone_note(live.as_ref(), fold.owner.as_deref());
         let _ = writeln!(
             out,
-            "task {:<5} held by {}; epoch {} (claimed by {}{gone}); next batch {}; offset {}; lag {}; watermark {}",
+            "task {:<5} held by {}; epoch {} (claimed by {}{gone}); next batch {}; offset {}; lag {}{}; watermark {}",
             label(id),
             held.get(&id).map_or("nobody", String::as_str),
             fold.epoch,
             fold.owner.as_deref().unwrap_or("nobody yet"),
             fold.next_batch(),
-            at.map_or("-".to_string(), |o| o.to_string()),
-            (high - at.unwrap_or(0)).max(0),
-            meta.as_ref()
+            now.at.map_or("-".to_string(), |o| o.to_string()),
+            now.lag(),
+            trend_note(before, &now),
+            now.meta
+                .as_ref()
                 .map(|m| m.watermark.current)
                 .filter(|&w| w != crate::watermark::NONE)
                 .map_or("none".to_string(), crate::progress::show_time),
@@ -124,6 +124,60 @@ pub fn group(pipeline: &Pipeline) -> Result<String, RunError> {
         }
     }
     Ok(out)
+}
+
+/// One look at a task: its checkpoint record, and its position against its partition's end.
+struct Look {
+    fold: Fold,
+    meta: Option<StateMeta>,
+    /// The next offset its record says it reads, if it committed any.
+    at: Option<i64>,
+    /// Its partition's end.
+    high: i64,
+}
+
+impl Look {
+    fn lag(&self) -> i64 {
+        (self.high - self.at.unwrap_or(0)).max(0)
+    }
+}
+
+fn look(
+    pipeline: &Pipeline,
+    source: &crate::pipeline::KafkaSourceConfig,
+    layout: &Layout,
+    consumer: &BaseConsumer,
+    id: TaskId,
+    stop: &Arc<AtomicBool>,
+) -> Result<Look, RunError> {
+    let (t, p) = layout.source_of(id);
+    let task = super::task::name(pipeline, t, p);
+    let record = KafkaLedger::read(&source.options, &layout.ledger, layout.ledger_partition(id), &task, stop.clone())?;
+    let fold = record.restored().clone();
+    let (_, high) = with_retry(stop, "reading a task's input end", || consumer.fetch_watermarks(t, p, CALL_TIMEOUT))
+        .map_err(|e| RunError::Source(e.into()))?;
+    let meta: Option<StateMeta> = fold.meta.clone().and_then(|m| serde_json::from_value(m).ok());
+    let at = meta.as_ref().and_then(|m| match &m.source {
+        Offsets::Kafka { partitions } | Offsets::Repartition { partitions, .. } => {
+            partitions.iter().find(|o| o.partition == p).map(|o| o.offset)
+        }
+        _ => None,
+    });
+    Ok(Look { fold, meta, at, high })
+}
+
+/// What follows a task's lag: that it grows, where between the two looks the task took in less
+/// than half of what arrived in its partition (a task that keeps up takes in all of it, give or
+/// take one trigger's worth, since its record moves once a batch), and that its position did
+/// not move at all.
+fn trend_note(before: &Look, now: &Look) -> String {
+    let arrived = (now.high - before.high).max(0);
+    let grew = now.lag() - before.lag();
+    if arrived == 0 || grew <= 0 || 2 * grew <= arrived {
+        return String::new();
+    }
+    let stuck = if now.at == before.at { ", its position not moving" } else { "" };
+    format!(" (growing: +{grew} in {} s{stuck})", LAG_WATCH.as_secs())
 }
 
 /// What follows a task's claimant: that it is no longer in the group, where the broker named
@@ -185,7 +239,22 @@ impl<'a> Reader<'a> {
 mod tests {
     use proptest::prelude::*;
 
-    use super::{assigned, gone_note};
+    use super::{Look, assigned, gone_note, trend_note};
+
+    fn at(at: i64, high: i64) -> Look {
+        Look { fold: Default::default(), meta: None, at: Some(at), high }
+    }
+
+    /// A task that took in what arrived is not marked, one that took in less than half is, and
+    /// one that took in nothing is said not to move.
+    #[test]
+    fn a_task_is_marked_only_when_it_falls_behind() {
+        assert_eq!(trend_note(&at(100, 100), &at(1100, 1100)), "");
+        assert_eq!(trend_note(&at(100, 150), &at(1000, 1150)), "", "within a batch of what arrived");
+        assert_eq!(trend_note(&at(100, 100), &at(100, 100)), "", "nothing arrived");
+        assert_eq!(trend_note(&at(100, 100), &at(400, 1100)), " (growing: +700 in 3 s)");
+        assert_eq!(trend_note(&at(100, 100), &at(100, 1100)), " (growing: +1000 in 3 s, its position not moving)");
+    }
 
     /// A claim by a process the broker does not list as a member is marked; one by a member,
     /// or where the broker named no members, is not.

@@ -1,6 +1,6 @@
 //! `weir bench --latency`: end-to-end latency of a continuous-mode pipeline, from the moment an
 //! order is produced to the moment its output is readable by a consumer of the output topic,
-//! all on the embedded broker over loopback.
+//! all over loopback: on the embedded broker, or with `--brokers` on one the user runs.
 //!
 //! The producer writes the send time (µs since the epoch) into each order as `sent_us`; the
 //! pipeline passes rows through unchanged, so the downstream reader reads it back and takes
@@ -95,6 +95,12 @@ pub(crate) fn measure(mut args: LatencyArgs, runtime: &Arc<Runtime>) -> Result<L
     // The topic is new: everything produced is read, from the pipeline's first moment.
     if let SourceKind::Kafka(k) = &mut p.source.kind {
         k.starting = StartingOffsets::Earliest;
+        // The embedded broker answers a waiting fetch only when the wait has passed, so a wait
+        // meant for Kafka (which answers as soon as records arrive) would be what is measured.
+        if broker.is_embedded() {
+            k.options.retain(|(name, _)| name != "fetch.wait.max.ms");
+            k.options.push(("fetch.wait.max.ms".into(), READER_FETCH_WAIT_MS.into()));
+        }
     }
     let (input, output) = match (inputs.as_slice(), output) {
         ([input], Some(output)) => (input.clone(), output),

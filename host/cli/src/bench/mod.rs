@@ -55,7 +55,7 @@ pub(super) fn bench(mut a: BenchArgs) -> Result<()> {
         let mut p = a.pipeline;
         let input = kafka::prepare(&mut p, a.events, a.seed, a.brokers.as_deref())?;
         println!(
-            "{} orders produced into the embedded broker ({} partitions) in {:.3}s",
+            "{} orders produced into the broker ({} partitions) in {:.3}s",
             input.orders, input.partitions, input.produce_s
         );
         (p, Some(input))

@@ -110,7 +110,7 @@ impl Record {
 }
 
 /// What the partition says, folded in order.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct Fold {
     /// The newest owner's epoch (0: never claimed).
     pub epoch: u64,
