@@ -17,6 +17,18 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 
+/// The JVM options Kafka's own start scripts give the broker (`KAFKA_JVM_PERFORMANCE_OPTS` in
+/// `bin/kafka-run-class.sh`): the broker as it is run, G1 with 20 ms pause goals.
+const KAFKA_JVM_OPTS: [&str; 7] = [
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:MaxInlineLevel=15",
+    "-Djava.awt.headless=true",
+];
+
 /// The broker's JVM heap, initial and most.
 const HEAP: &str = "384m";
 
@@ -149,6 +161,7 @@ impl ApacheKafka {
         let out = std::fs::File::create(node.dir.join("logs").join("stdout.log")).unwrap();
         let child = java(&node.dir)
             .args(["-Xms".to_string() + HEAP, "-Xmx".to_string() + HEAP])
+            .args(KAFKA_JVM_OPTS)
             .args(["kafka.Kafka"])
             .arg(node.dir.join("server.properties"))
             .stdout(out.try_clone().unwrap())

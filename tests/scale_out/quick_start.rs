@@ -47,6 +47,16 @@ fn the_scale_out_quick_start_works_as_written() {
     for (p, out) in [(a, &mut a_out), (b, &mut b_out)] {
         let (status, printed, err) = p.stop();
         assert!(status.success(), "a process of the group failed: {status}\n{err}");
+        // Its summary's final watermark is that of the tasks it held at the end: past every
+        // window it printed, not held back by a task it gave up long before.
+        let last_end = windows(&[&printed]).iter().filter_map(|w| w["window_end"].as_i64()).max();
+        if let Some(end) = last_end {
+            let line = err.lines().rev().find(|l| l.contains("final watermark ")).expect("a summary line");
+            let at = line.rsplit("final watermark ").next().unwrap_or_default().trim();
+            let at = humantime::parse_rfc3339(at).unwrap_or_else(|e| panic!("{e}: {line}"));
+            let ms = at.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+            assert!(ms >= end, "final watermark {line} before the last window it printed (end {end})");
+        }
         *out = printed;
     }
     let (status, out, _) = broker.stop();

@@ -48,6 +48,13 @@ pub(super) struct Member {
 #[derive(Default)]
 pub(super) struct Totals {
     summary: Summary,
+    /// Raised when this process stops its tasks: from then on each ending task's watermark
+    /// goes into `end_watermark`.
+    stopping: bool,
+    /// The lowest watermark of the tasks this process held when it stopped: its final
+    /// watermark. Tasks it gave up earlier are left out, their watermarks having stopped moving
+    /// here when they left.
+    end_watermark: Option<i64>,
     /// The first failure of a task (not a stop, not a fence): it ends the process.
     failed: Option<RunError>,
 }
@@ -155,6 +162,11 @@ fn ended(
     match r {
         Ok(Ok(s)) => {
             tracing::info!("task {topic}-{partition}: stopped after {} batches", s.batches);
+            if totals.stopping
+                && let Some(w) = s.final_watermark
+            {
+                totals.end_watermark = Some(totals.end_watermark.map_or(w, |e| e.min(w)));
+            }
             fold(&mut totals.summary, s);
         }
         // Stopped while claiming or waiting: its revocation (or this process stopping) came
@@ -183,7 +195,7 @@ fn ended(
 
 /// Adds a task's summary to the process's: every count (the windows and late events of stage 2
 /// as much as stage 1's rows), and the lowest final watermark, the furthest event time that
-/// every task here has passed.
+/// every task here has passed (replaced at the end by that of the tasks held then, [`totals`]).
 fn fold(t: &mut Summary, s: Summary) {
     t.batches += s.batches;
     t.input_rows += s.input_rows;
@@ -212,6 +224,9 @@ pub(super) fn task_failed(done: &Mutex<Totals>) -> bool {
 /// is raised before the first join, so the tasks stop side by side.
 pub(super) fn stop_all(held: &Mutex<Held>, done: &Mutex<Totals>, layout: &Layout) {
     let running = held.lock().map(|mut h| std::mem::take(&mut h.running)).unwrap_or_default();
+    if let Ok(mut d) = done.lock() {
+        d.stopping = true;
+    }
     for r in running.values() {
         r.stop.store(true, Ordering::Relaxed);
     }
@@ -227,6 +242,9 @@ pub(super) fn totals(done: &Mutex<Totals>, started: Instant) -> Result<Summary, 
         return Err(e);
     }
     let mut summary = totals.summary;
+    if totals.end_watermark.is_some() {
+        summary.final_watermark = totals.end_watermark;
+    }
     summary.elapsed_s = started.elapsed().as_secs_f64();
     summary.rows_per_s = summary.input_rows as f64 / summary.elapsed_s.max(1e-9);
     Ok(summary)
