@@ -40,7 +40,8 @@ pub(super) struct KafkaInput {
     source: KafkaSourceConfig,
 }
 
-/// Produces `n` orders of `seed` into the embedded broker and points `p` at them.
+/// Produces `n` orders of `seed` into the broker (`brokers`, else the embedded one) and points
+/// `p` at them.
 pub(super) fn prepare(p: &mut Pipeline, n: u64, seed: u64, brokers: Option<&str>) -> Result<KafkaInput> {
     let broker = BenchBroker::start(brokers)?;
     let topic = match &mut p.source.kind {
