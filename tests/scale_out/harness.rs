@@ -307,6 +307,16 @@ pub(crate) fn produce_chunk_to(brokers: &str, topic: &str, dir: &Path, all: &[St
     produce_lines(brokers, topic, PARTITIONS as i32, &file, false);
 }
 
+/// Waits until `a` (after its `before`th progress line) and `c` have between them delivered
+/// batches of every task: a paused member's tasks have moved to them.
+pub(crate) fn wait_tasks_taken_over(a: &Member, before: usize, c: &Member) {
+    let deadline = Instant::now() + PATIENCE;
+    while a.tasks_since(before).union(&c.tasks_since(0)).count() < PARTITIONS as usize {
+        assert!(Instant::now() < deadline, "the paused member's tasks never moved:\n{}\n{}", a.log(), c.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The ERROR and PENDING order ids of `lines`.
 pub(crate) fn wanted(lines: &[String]) -> BTreeSet<u64> {
     lines

@@ -155,12 +155,7 @@ fn a_paused_process_s_producer_is_fenced_and_nothing_is_read_twice() {
     let before = a.batches.load(Ordering::SeqCst);
     let c = Member::start(&p, &dir.path().join("c"));
     produce_chunk(&brokers, dir.path(), &all, 1, 3);
-    // `a` and `c` deliver batches of every task, `b`'s included.
-    let deadline = Instant::now() + PATIENCE;
-    while a.tasks_since(before).union(&c.tasks_since(0)).count() < PARTITIONS as usize {
-        assert!(Instant::now() < deadline, "b's tasks never moved:\n{}\n{}", a.log(), c.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_tasks_taken_over(&a, before, &c);
     unsafe { libc::kill(b.child.id() as i32, libc::SIGCONT) };
     produce_chunk(&brokers, dir.path(), &all, 2, 3);
     let found = |out: &[Out]| {

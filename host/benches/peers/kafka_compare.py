@@ -47,7 +47,6 @@ and numbers taken with it well above 0 are not worth keeping.
 # command line, the order of the steps and the report.
 import argparse
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -58,7 +57,7 @@ import time
 from kafkabench import KAFKA_LIBS, find_weir, log
 from kafkabench.broker import Broker
 from kafkabench.peers import DIST, Ctx, build_java, classpath, json_line, run_flink, run_kstreams, run_weir
-from kafkabench.procs import Run
+from kafkabench.procs import Run, clean_up
 from kafkabench.workload import (ORACLE, TOPIC, WINDOW_MS, gen_orders_py, read_oracle,
                                  session_reference)
 
@@ -249,14 +248,7 @@ def main():
         results = run_rounds(c, args, broker, configs)
         report(c, args, gen, sessions_on, sizes, notes, configs, results)
     finally:
-        for r in Run.live:
-            r.kill()
-        if broker:
-            broker.stop()
-        if args.keep:
-            log(f"kept {c.work}")
-        else:
-            shutil.rmtree(c.work, ignore_errors=True)
+        clean_up(broker, c.work, args.keep)
 
 
 if __name__ == "__main__":

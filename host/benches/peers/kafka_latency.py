@@ -35,7 +35,6 @@ import glob
 import json
 import os
 import re
-import shutil
 import signal
 import statistics
 import subprocess
@@ -44,7 +43,7 @@ import tempfile
 
 from kafkabench import KAFKA_LIBS, ROOT, find_weir, log
 from kafkabench.broker import Broker
-from kafkabench.procs import Run
+from kafkabench.procs import Run, clean_up
 
 KINDS = [("pipeline", []), ("relay", ["--baseline", "relay"]), ("broker", ["--baseline", "broker"])]
 # host/cli/src/lib.rs, latency_command: "latency (WHAT; P partitions), N samples at R orders/s:
@@ -264,14 +263,7 @@ def main():
                 if r["error"]:
                     print(f"- {r['name']} failed: {r['error']}")
     finally:
-        for r in Run.live:
-            r.kill()
-        if broker:
-            broker.stop()
-        if args.keep:
-            log(f"kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        clean_up(broker, work, args.keep)
 
 
 if __name__ == "__main__":

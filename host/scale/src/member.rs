@@ -165,7 +165,7 @@ fn ended(
             if totals.stopping
                 && let Some(w) = s.final_watermark
             {
-                totals.end_watermark = Some(totals.end_watermark.map_or(w, |e| e.min(w)));
+                totals.end_watermark = lowest(totals.end_watermark, Some(w));
             }
             fold(&mut totals.summary, s);
         }
@@ -209,10 +209,15 @@ fn fold(t: &mut Summary, s: Summary) {
     for (name, n) in s.expectations {
         *t.expectations.entry(name).or_default() += n;
     }
-    t.final_watermark = match (t.final_watermark, s.final_watermark) {
+    t.final_watermark = lowest(t.final_watermark, s.final_watermark);
+}
+
+/// The lower of two watermarks, either of which may be unknown.
+pub(super) fn lowest(a: Option<i64>, b: Option<i64>) -> Option<i64> {
+    match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
-    };
+    }
 }
 
 /// Whether a task failed (a poisoned lock counts as one): the process then stops.

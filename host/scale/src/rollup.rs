@@ -114,10 +114,8 @@ impl Rollup {
             total.num_late_events += s.num_late_events;
             total.lag += s.lag;
             // A task that moved on has a watermark that no longer moves here.
-            if running.contains(task)
-                && let Some(w) = s.watermark
-            {
-                total.watermark = Some(total.watermark.map_or(w, |t| t.min(w)));
+            if running.contains(task) {
+                total.watermark = super::member::lowest(total.watermark, s.watermark);
             }
         }
         if json {

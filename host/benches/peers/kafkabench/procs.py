@@ -10,6 +10,7 @@ worth keeping. Every Run is listed in `Run.live` so that the caller can kill wha
 at exit.
 """
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -148,3 +149,16 @@ class Run:
                 except OSError:
                     pass
                 p.returncode = -9
+
+
+def clean_up(broker, work, keep):
+    """Ends a script's runs: every process still running, the broker, and the work directory
+    unless `keep`."""
+    for r in Run.live:
+        r.kill()
+    if broker:
+        broker.stop()
+    if keep:
+        log(f"kept {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
