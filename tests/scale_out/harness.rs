@@ -170,6 +170,7 @@ impl Member {
                     }
                     t.lock().unwrap().push(v);
                     b.fetch_add(1, Ordering::SeqCst);
+                    TASK_LINES.ring();
                 } else {
                     l.lock().unwrap().push_str(&(line + "\n"));
                 }
@@ -310,10 +311,44 @@ pub(crate) fn produce_chunk_to(brokers: &str, topic: &str, dir: &Path, all: &[St
 /// Waits until `a` (after its `before`th progress line) and `c` have between them delivered
 /// batches of every task: a paused member's tasks have moved to them.
 pub(crate) fn wait_tasks_taken_over(a: &Member, before: usize, c: &Member) {
-    let deadline = Instant::now() + PATIENCE;
-    while a.tasks_since(before).union(&c.tasks_since(0)).count() < PARTITIONS as usize {
-        assert!(Instant::now() < deadline, "the paused member's tasks never moved:\n{}\n{}", a.log(), c.log());
-        std::thread::sleep(Duration::from_millis(50));
+    TASK_LINES.until(
+        || a.tasks_since(before).union(&c.tasks_since(0)).count() >= PARTITIONS as usize,
+        || format!("the paused member's tasks never moved:\n{}\n{}", a.log(), c.log()),
+    );
+}
+
+/// Rung by every task progress line any member prints.
+pub(crate) static TASK_LINES: Bell = Bell::new();
+
+/// Rung when something a test waits for may have happened: its waits wake on it, not on time.
+pub(crate) struct Bell {
+    rung: Mutex<u64>,
+    cv: std::sync::Condvar,
+}
+
+impl Bell {
+    pub(crate) const fn new() -> Bell {
+        Bell { rung: Mutex::new(0), cv: std::sync::Condvar::new() }
+    }
+
+    pub(crate) fn ring(&self) {
+        if let Ok(mut n) = self.rung.lock() {
+            *n += 1;
+        }
+        self.cv.notify_all();
+    }
+
+    /// Waits until `done()`, checked at every ring; fails with `what()` after [`PATIENCE`].
+    pub(crate) fn until(&self, done: impl Fn() -> bool, what: impl Fn() -> String) {
+        let deadline = Instant::now() + PATIENCE;
+        // `done` is checked holding the bell, and what it reads is changed before a ring, so
+        // nothing slips between a check and the wait.
+        let mut n = self.rung.lock().unwrap_or_else(|e| e.into_inner());
+        while !done() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "{}", what());
+            n = self.cv.wait_timeout(n, left).unwrap_or_else(|e| e.into_inner()).0;
+        }
     }
 }
 

@@ -2,12 +2,15 @@
 //! the group's file and `--orders`, two `weir run` processes of the group, `weir inspect`, and
 //! Ctrl-C for each. Only the port differs (a free one, not 9092) and the paths the file names.
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use crate::common::*;
-use crate::harness::{PATIENCE, one_at_a_time};
+use crate::harness::{Bell, one_at_a_time};
 
 /// Windows the two processes must have printed between them before the test looks at them.
 const WINDOWS: usize = 4;
@@ -27,18 +30,19 @@ fn the_scale_out_quick_start_works_as_written() {
         "--port".as_ref(),
         port_arg.as_ref(),
     ];
-    let mut broker = Proc::spawn(&args, dir.path(), "broker");
+    // Rung by every line a process of the quick start prints, and by the end of its output.
+    let bell = Arc::new(Bell::new());
+    let broker = Proc::spawn(&args, &bell);
     broker.wait_out("Ctrl-C stops it");
-    let mut a = Proc::run(&file, dir.path(), "a");
+    let a = Proc::run(&file, dir.path(), "a", &bell);
     a.wait_err("assigned to this process");
-    let mut b = Proc::run(&file, dir.path(), "b");
+    let b = Proc::run(&file, dir.path(), "b", &bell);
     b.wait_err("assigned to this process");
     b.wait_err("claimed");
-    let deadline = Instant::now() + PATIENCE;
-    while windows(&[&a.out(), &b.out()]).len() < WINDOWS {
-        assert!(Instant::now() < deadline, "fewer than {WINDOWS} windows; a:\n{}\nb:\n{}", a.err(), b.err());
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    bell.until(
+        || windows(&[&a.out(), &b.out()]).len() >= WINDOWS,
+        || format!("fewer than {WINDOWS} windows; a:\n{}\nb:\n{}", a.err(), b.err()),
+    );
     let inspect = ok(weir().arg("inspect").arg(&file).output().unwrap());
     let text = String::from_utf8_lossy(&inspect.stdout).into_owned();
     let members: Vec<&str> = text.lines().filter(|l| l.starts_with("member ") && l.contains("tasks [")).collect();
@@ -79,12 +83,46 @@ fn the_scale_out_quick_start_works_as_written() {
     }
 }
 
-/// A `weir` process of the quick start, its stdout and stderr in files under the test's
-/// directory.
+/// What a process printed on one stream so far, and whether the stream has ended.
+#[derive(Default)]
+struct Printed {
+    text: Mutex<String>,
+    ended: AtomicBool,
+}
+
+impl Printed {
+    /// Reads `from` to its end, ringing `bell` at each line.
+    fn follow(from: impl std::io::Read + Send + 'static, bell: Arc<Bell>) -> (Arc<Printed>, JoinHandle<()>) {
+        let printed = Arc::new(Printed::default());
+        let mine = printed.clone();
+        let reader = std::thread::spawn(move || {
+            // Lines as bytes: a line that is not UTF-8 must not end the reading.
+            for line in BufReader::new(from).split(b'\n').map_while(Result::ok) {
+                let line = String::from_utf8_lossy(&line).into_owned();
+                if let Ok(mut t) = mine.text.lock() {
+                    t.push_str(&line);
+                    t.push('\n');
+                }
+                bell.ring();
+            }
+            mine.ended.store(true, Ordering::SeqCst);
+            bell.ring();
+        });
+        (printed, reader)
+    }
+
+    fn text(&self) -> String {
+        self.text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+}
+
+/// A `weir` process of the quick start, its stdout and stderr followed.
 struct Proc {
     child: Child,
-    out: PathBuf,
-    err: PathBuf,
+    out: Arc<Printed>,
+    err: Arc<Printed>,
+    readers: Vec<JoinHandle<()>>,
+    bell: Arc<Bell>,
 }
 
 impl Drop for Proc {
@@ -95,56 +133,56 @@ impl Drop for Proc {
 }
 
 impl Proc {
-    fn spawn(args: &[&std::ffi::OsStr], dir: &Path, name: &str) -> Proc {
-        let (out, err) = (dir.join(format!("{name}.out")), dir.join(format!("{name}.err")));
-        let child = weir()
+    fn spawn(args: &[&std::ffi::OsStr], bell: &Arc<Bell>) -> Proc {
+        let mut child = weir()
             .args(args)
             .env("WEIR_LOG", "info")
             .stdin(Stdio::null())
-            .stdout(std::fs::File::create(&out).unwrap())
-            .stderr(std::fs::File::create(&err).unwrap())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        Proc { child, out, err }
+        let (out, out_reader) = Printed::follow(child.stdout.take().unwrap(), bell.clone());
+        let (err, err_reader) = Printed::follow(child.stderr.take().unwrap(), bell.clone());
+        Proc { child, out, err, readers: vec![out_reader, err_reader], bell: bell.clone() }
     }
 
     /// `weir run FILE --checkpoint DIR/NAME`.
-    fn run(file: &Path, dir: &Path, name: &str) -> Proc {
+    fn run(file: &Path, dir: &Path, name: &str, bell: &Arc<Bell>) -> Proc {
         let checkpoint = dir.join(name);
-        Proc::spawn(&["run".as_ref(), file.as_os_str(), "--checkpoint".as_ref(), checkpoint.as_os_str()], dir, name)
+        Proc::spawn(&["run".as_ref(), file.as_os_str(), "--checkpoint".as_ref(), checkpoint.as_os_str()], bell)
     }
 
     fn out(&self) -> String {
-        std::fs::read_to_string(&self.out).unwrap_or_default()
+        self.out.text()
     }
 
     fn err(&self) -> String {
-        std::fs::read_to_string(&self.err).unwrap_or_default()
+        self.err.text()
     }
 
-    fn wait_out(&mut self, text: &str) {
-        self.wait(text, Proc::out);
+    fn wait_out(&self, text: &str) {
+        self.wait(text, &self.out);
     }
 
-    fn wait_err(&mut self, text: &str) {
-        self.wait(text, Proc::err);
+    fn wait_err(&self, text: &str) {
+        self.wait(text, &self.err);
     }
 
-    fn wait(&mut self, text: &str, read: fn(&Proc) -> String) {
-        let deadline = Instant::now() + PATIENCE;
-        while !read(self).contains(text) {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!("exited ({status}) before printing {text:?}:\n{}\n{}", self.out(), self.err());
-            }
-            assert!(Instant::now() < deadline, "never printed {text:?}:\n{}\n{}", self.out(), self.err());
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
+    /// Waits until `stream` has `text`; fails if the stream ends first.
+    fn wait(&self, text: &str, stream: &Printed) {
+        let what = || format!("never printed {text:?}:\n{}\n{}", self.out(), self.err());
+        self.bell.until(|| stream.ended.load(Ordering::SeqCst) || stream.text().contains(text), what);
+        assert!(stream.text().contains(text), "exited before printing {text:?}:\n{}\n{}", self.out(), self.err());
     }
 
     /// Ctrl-C, as a user stops it; its exit status, stdout and stderr.
     fn stop(mut self) -> (std::process::ExitStatus, String, String) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGINT) };
         let status = self.child.wait().unwrap();
+        for r in std::mem::take(&mut self.readers) {
+            let _ = r.join();
+        }
         (status, self.out(), self.err())
     }
 }
