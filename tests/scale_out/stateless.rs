@@ -118,6 +118,8 @@ fn a_paused_process_that_lost_its_tasks_is_fenced_when_it_resumes() {
     let all = input(dir.path(), 12_000);
     let a = Member::start_leader(&p, &dir.path().join("a"));
     let b = Member::start(&p, &dir.path().join("b"));
+    // Orders only once `b` holds tasks: before, `a` could read them all and leave `b` none.
+    b.wait_log("assigned to this process");
     produce_chunk(&brokers, dir.path(), &all, 0, 3);
     a.wait_batches(0, 1);
     b.wait_batches(0, 1);
