@@ -1,0 +1,28 @@
+//! Schemas from a schema registry, and the record formats they describe: what the host needs to
+//! read and write the topics most Kafka users have, Avro (and, through the registry, Protobuf
+//! and JSON Schema) in the Confluent wire format.
+//!
+//! - `wire.rs`: the framing, a magic byte `0` and a 4-byte big-endian schema id before the
+//!   payload;
+//! - `registry.rs`: a client of the Confluent registry API that caches what it fetches (a
+//!   schema id is immutable, so each is fetched once per process) and retries a registry that
+//!   is down before it gives up naming it;
+//! - `avro/`: rows (JSON objects) written as Avro, with the field that does not fit named, and
+//!   the compatibility rules checked before a run;
+//! - `limits.rs`: every default and bound, named once.
+//!
+//! Decoding is not here: it runs in the sandbox (`plugins/avro-parser`), which reaches the
+//! registry only through the host's `registry` interface (`wit/plugin.wit`), backed by this
+//! crate's [`Registry`].
+
+pub mod avro;
+mod config;
+pub mod limits;
+mod registry;
+mod subject;
+mod tls;
+pub mod wire;
+
+pub use config::{RegistryConfig, RegistryFile};
+pub use registry::{Registry, RegistryError, Schema, SchemaRef, SchemaType};
+pub use subject::SubjectStrategy;
