@@ -34,6 +34,7 @@ extern crate self as weir_guest;
 mod batch;
 mod config;
 mod process;
+pub mod registry;
 mod roles;
 pub mod testing;
 

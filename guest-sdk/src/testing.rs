@@ -16,6 +16,14 @@ use crate::__bindings::exports::weir::plugin::processor as wit;
 use crate::process::Timer;
 use crate::{__rt, Aggregator, Config, Parser, PluginError, Processor, Transformer, types};
 
+/// What [`crate::registry`] answers on this thread from now on, as the host would for a stage
+/// granted the registry: `schemas` by id, and `versions` as (subject, version, schema id).
+/// Native only: in a component the host answers.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn serve_schemas(schemas: Vec<crate::registry::Schema>, versions: Vec<(String, u32, u32)>) {
+    crate::registry::imp::SERVED.with_borrow_mut(|s| *s = Some((schemas, versions)));
+}
+
 /// An event for a transformer, aggregator or processor: its time, key and row (a JSON object).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TestEvent {

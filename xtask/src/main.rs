@@ -1,18 +1,19 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `setup`: what a fresh machine needs (the wasm32-wasip2 target; clang for RocksDB; Graphviz; a Python
-//!   environment with the pinned componentize-py and the Apache Kafka broker's jars, in
-//!   `~/.cache/weir-tools`).
+//!   environment with the pinned componentize-py and the tests' Confluent client, the Apache Kafka
+//!   broker's jars and the Apicurio schema registry's distribution, all in `~/.cache/weir-tools`).
 //! - `build`: the host and every plugin in release mode, the Python ones with `weir build`;
 //!   components land in `plugins/dist/`, where pipeline files find them whatever
 //!   `CARGO_TARGET_DIR` is.
 //! - `demo`: build, then `weir demo`: an embedded Kafka broker, orders flowing in, the orders
 //!   error-rate pipeline printing windows and alerts until Ctrl-C.
-//! - `test`: build, fetch the Apache Kafka broker if it is missing, then
+//! - `test`: build, fetch the Apache Kafka broker and the schema registry if they are missing, then
 //!   formatting, lints, the Python SDK's tests and every test (the scale-out tests beside the
 //!   others: `workspace_tests`).
 
 mod kafka;
+mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,6 +30,7 @@ const PLUGINS: &[&str] = &[
     "jsonl-file-sink",
     "fraud-alerts",
     "json-parser",
+    "avro-parser",
     "json-filter",
     "stats",
     "stdout-sink",
@@ -53,6 +55,9 @@ const PYTHON_PLUGINS: &[(&str, &str)] = &[
 /// What the Python environment installs: the SDK's requirements (componentize-py, pinned).
 const PYTHON_REQUIREMENTS: &str = "guest-sdk-python/requirements.txt";
 
+/// What it installs besides, for the tests' Python helpers (Confluent's client, pinned).
+const TEST_REQUIREMENTS: &str = "tests/requirements.txt";
+
 fn main() -> Result<()> {
     // At run time, not `env!`: checkouts that share a target directory share one xtask binary.
     let manifest = std::env::var_os("CARGO_MANIFEST_DIR").context("run me as `cargo xtask`")?;
@@ -60,13 +65,17 @@ fn main() -> Result<()> {
     std::env::set_current_dir(&root)?;
     let task = std::env::args().nth(1).unwrap_or_default();
     match task.as_str() {
-        "setup" => setup(&[]).and_then(|()| python(&root)).and_then(|_| kafka::kafka(&root)).map(drop),
+        "setup" => setup(&[])
+            .and_then(|()| python(&root))
+            .and_then(|_| kafka::kafka(&root))
+            .and_then(|_| registry::registry(&root))
+            .map(drop),
         "build" => setup(&[]).and_then(|()| build(&root)),
         "demo" => setup(&[]).and_then(|()| build(&root)).and_then(|()| demo(&root)),
         "test" => setup(TEST_PACKAGES)
             .and_then(|()| build(&root))
-            .and_then(|()| kafka::kafka(&root))
-            .and_then(|kafka| test(&root, &kafka)),
+            .and_then(|()| Ok((kafka::kafka(&root)?, registry::registry(&root)?)))
+            .and_then(|(kafka, registry)| test(&root, &kafka, &registry)),
         _ => bail!("usage: cargo xtask setup|build|demo|test"),
     }
 }
@@ -187,11 +196,12 @@ fn tools_dir() -> Result<PathBuf> {
     Ok(Path::new(&home).join(".cache").join("weir-tools"))
 }
 
-/// A virtual environment with the SDK's pinned requirements, made once per requirements file
-/// (its digest names it); returns its Python.
+/// A virtual environment with the SDK's and the tests' pinned requirements, made once per pair of
+/// requirements files (their digest names it); returns its Python.
 fn python(root: &Path) -> Result<PathBuf> {
     let requirements = std::fs::read(root.join(PYTHON_REQUIREMENTS)).context(PYTHON_REQUIREMENTS)?;
-    let venv = tools_dir()?.join(format!("python-{:016x}", digest(&[&requirements])));
+    let test_requirements = std::fs::read(root.join(TEST_REQUIREMENTS)).context(TEST_REQUIREMENTS)?;
+    let venv = tools_dir()?.join(format!("python-{:016x}", digest(&[&requirements, &test_requirements])));
     let python = venv.join("bin").join("python");
     // Written last: an interrupted install is never taken for a finished one.
     let complete = venv.join(".weir-complete");
@@ -202,7 +212,11 @@ fn python(root: &Path) -> Result<PathBuf> {
         let _ = std::fs::remove_dir_all(&venv);
         run(Command::new("python3").args(["-m", "venv"]).arg(&venv))
             .context("python3 -m venv failed: on Debian, install python3-venv")?;
-        run(Command::new(&python).args(["-m", "pip", "install", "-q", "-r"]).arg(root.join(PYTHON_REQUIREMENTS)))?;
+        run(Command::new(&python)
+            .args(["-m", "pip", "install", "-q", "-r"])
+            .arg(root.join(PYTHON_REQUIREMENTS))
+            .arg("-r")
+            .arg(root.join(TEST_REQUIREMENTS)))?;
         std::fs::write(&complete, b"")?;
     }
     Ok(python)
@@ -281,7 +295,7 @@ fn demo(root: &Path) -> Result<()> {
     run(weir()?.arg("demo").current_dir(root))
 }
 
-fn test(root: &Path, kafka: &Path) -> Result<()> {
+fn test(root: &Path, kafka: &Path, registry: &Path) -> Result<()> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
     run(cargo().args(["clippy", "--release", "--all-targets", "--", "-D", "warnings"]))?;
     let mut c = cargo();
@@ -309,8 +323,8 @@ fn test(root: &Path, kafka: &Path) -> Result<()> {
             .current_dir(root.join(dir))
             .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
     }
-    run(cargo().args(["test", "--release", "-p", "error-rate"]))?;
-    workspace_tests(kafka, &python)
+    run(cargo().args(["test", "--release", "-p", "error-rate", "-p", "avro-parser"]))?;
+    workspace_tests(kafka, registry, &python)
 }
 
 /// The test target that runs beside the others: its kill loops wait on consumer groups'
@@ -321,11 +335,11 @@ const BESIDE: &str = "scale_out";
 /// in one, its output held until it ends (so the log reads as one run after another), and
 /// every other target, then the doctests, in the other. One after the other they took 10.5
 /// minutes, six of them [`BESIDE`]'s.
-fn workspace_tests(kafka: &Path, python: &Path) -> Result<()> {
+fn workspace_tests(kafka: &Path, registry: &Path, python: &Path) -> Result<()> {
     let test = |args: &[&str]| {
         let mut c = cargo();
         c.args(["test", "--release"]).args(args).env("WEIR_PYTHON", python);
-        c.env("WEIR_KAFKA", kafka);
+        c.env("WEIR_KAFKA", kafka).env("WEIR_SCHEMA_REGISTRY", registry);
         c
     };
     // Built first, so the lanes' own `cargo test` find everything fresh and only run.

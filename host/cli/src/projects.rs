@@ -81,9 +81,9 @@ pub(super) fn run_project(path: &Path, full_refresh: &[String], progress_json: b
     Ok(exit)
 }
 
-/// `weir validate PROJECT`: every file, the graph, and every plugin loaded for the role its
-/// stage plays (which checks its WIT version, configuration, grants and limits), without
-/// reading data; prints the graph.
+/// `weir validate PROJECT`: every file, the graph, every plugin loaded for the role its stage
+/// plays (which checks its WIT version, configuration, grants and limits), and the schemas
+/// against the schema registry (`docs/formats.md`), without reading data; prints the graph.
 pub(super) fn validate(path: &Path) -> Result<Exit> {
     let p = load(path)?;
     let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
@@ -94,7 +94,8 @@ pub(super) fn validate(path: &Path) -> Result<Exit> {
             .and_then(|()| match &fl.pipeline.sink {
                 Some(SinkConfig::Wasm(spec)) => Sink::new(&runtime, spec.clone()).map(drop).map_err(Into::into),
                 _ => Ok(()),
-            });
+            })
+            .and_then(|()| weir_engine::schemas::check(&fl.pipeline).map_err(|e| Box::new(e).into()));
         checked.with_context(|| format!("flow {} ({})", fl.name(), fl.file.display()))?;
     }
     print!("{}", describe(&p));

@@ -150,4 +150,20 @@ pub struct KafkaSinkConfig {
     /// Each message's timestamp is its row's event time: set for a project's Kafka-backed
     /// dataset, whose readers take event time from it.
     pub event_time_stamps: bool,
+    /// `format = "avro"`: rows written as Avro in the Confluent wire format; `None`: JSON text.
+    pub avro: Option<AvroOut>,
+}
+
+/// A Kafka sink's Avro output (`docs/formats.md`).
+#[derive(Debug, Clone)]
+pub struct AvroOut {
+    /// The value schema's file (Avro JSON), read at start-up.
+    pub schema: PathBuf,
+    /// The key schema's file: keys written as Avro under the topic's key subject; `None`:
+    /// keys as their text.
+    pub key_schema: Option<PathBuf>,
+    pub strategy: weir_schema::SubjectStrategy,
+    /// Register the schema when its subject does not have it yet; `false`: it must be there.
+    pub auto_register: bool,
+    pub registry: weir_schema::RegistryConfig,
 }

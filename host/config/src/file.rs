@@ -42,6 +42,8 @@ pub(super) struct PipelineFile {
     pub(super) failure: FailureFile,
     /// Many processes share the pipeline through a Kafka consumer group (`scale/`).
     pub(super) scale: Option<ScaleFile>,
+    /// The schema registry stages with `grants.registry` and an Avro sink reach.
+    pub(super) registry: Option<weir_schema::RegistryFile>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -138,6 +140,21 @@ pub(super) struct SinkFile {
     pub(super) key: Option<String>,
     /// A dataset of the project the flow is in.
     pub(super) dataset: Option<String>,
+    /// Kafka: how rows are written (`"json"`, the default, or `"avro"`).
+    pub(super) format: Option<SinkFormatFile>,
+    /// Kafka with `format = "avro"`: the value schema (`.avsc`), the key schema, the subject
+    /// name strategy, and whether to register the schema when its subject lacks it.
+    pub(super) schema: Option<PathBuf>,
+    pub(super) key_schema: Option<PathBuf>,
+    pub(super) subject_strategy: Option<weir_schema::SubjectStrategy>,
+    pub(super) auto_register: Option<bool>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(super) enum SinkFormatFile {
+    Json,
+    Avro,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
@@ -202,6 +219,9 @@ pub(super) struct GrantsFile {
     /// The process's standard output (a `[sink]` only).
     #[serde(default)]
     pub(super) stdout: bool,
+    /// The pipeline's `[registry]`, through the `registry` interface.
+    #[serde(default)]
+    pub(super) registry: bool,
 }
 
 #[derive(Debug, Deserialize)]

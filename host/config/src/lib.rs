@@ -26,7 +26,7 @@ use weir_sandbox as plugin;
 use weir_types::{columns, json, retry, window};
 
 pub use connectors::{
-    DatasetRef, KafkaSinkConfig, KafkaSourceConfig, RepartitionConfig, ReplayFormat, SinkConfig, SourceConfig,
+    AvroOut, DatasetRef, KafkaSinkConfig, KafkaSourceConfig, RepartitionConfig, ReplayFormat, SinkConfig, SourceConfig,
     SourceKind, StartingOffsets,
 };
 pub use file::Dur;
@@ -166,6 +166,8 @@ pub struct Pipeline {
     /// `[scale] group`: the Kafka consumer group whose members share the pipeline's tasks, one
     /// per input partition (`scale/`); `None`: this process reads every partition.
     pub group: Option<String>,
+    /// `[registry]`: the schema registry the pipeline's stages and sink reach.
+    pub registry: Option<weir_schema::RegistryConfig>,
 }
 
 impl Pipeline {
@@ -288,5 +290,7 @@ impl Pipeline {
     }
 }
 
+#[cfg(test)]
+mod format_tests;
 #[cfg(test)]
 mod tests;

@@ -9,7 +9,8 @@
 //! The [`driver`] runs that loop, with [`side_output`] for dead letters and late events and
 //! [`isolate`] for failing plugins; [`progress`] reports it. [`dataset`] is the embedded log that
 //! projects' flows read and write; [`shuffle`] is the partial-row codec that two-stage
-//! aggregation and the repartition source and sink share; [`kafka`] holds the client settings
+//! aggregation and the repartition source and sink share; [`schemas`] checks a pipeline's
+//! schemas against its registry before a run; [`kafka`] holds the client settings
 //! every Kafka source and sink uses; [`native`] is the reference query's logic as host code, the
 //! baseline the sandbox is measured against.
 
@@ -23,6 +24,7 @@ pub mod kafka;
 pub mod native;
 pub mod operator;
 pub mod progress;
+pub mod schemas;
 pub mod shuffle;
 pub mod side_output;
 pub mod sink;

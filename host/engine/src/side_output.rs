@@ -107,6 +107,19 @@ struct WindowDeadLetter<'a> {
     accumulators_base64: Vec<String>,
 }
 
+/// A result row the sink could not write (it does not fit the sink's schema): which batch,
+/// its place among the batch's rows, its key and the row, so nothing of it is lost.
+#[derive(Debug, Serialize)]
+struct RowDeadLetter<'a> {
+    batch_id: u64,
+    stage: &'a str,
+    kind: &'a str,
+    error: &'a str,
+    row_index: usize,
+    key: String,
+    row: String,
+}
+
 /// One late event.
 #[derive(Debug, Serialize)]
 struct LateEvent<'a> {
@@ -202,6 +215,27 @@ impl DeadLetters {
             })?;
         }
         Ok(batch.bad.len())
+    }
+
+    /// Result rows of batch `batch_id` the sink set aside, by their index in `rows`.
+    pub fn rows(
+        &mut self,
+        batch_id: u64,
+        rows: &crate::rows::Rows,
+        rejected: &[(usize, String)],
+    ) -> Result<usize, SideOutputError> {
+        for (i, why) in rejected {
+            self.out.write(&RowDeadLetter {
+                batch_id,
+                stage: "sink",
+                kind: "invalid-value",
+                error: why,
+                row_index: *i,
+                key: String::from_utf8_lossy(columns::item(&rows.keys, &rows.key_ends, *i)).into_owned(),
+                row: String::from_utf8_lossy(columns::item(&rows.rows, &rows.row_ends, *i)).into_owned(),
+            })?;
+        }
+        Ok(rejected.len())
     }
 
     /// Records of a side input the operator could not take.

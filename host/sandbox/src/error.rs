@@ -40,6 +40,10 @@ pub enum PluginError {
     Stopped { stage: String },
     #[error("stage {stage}: {message}")]
     Contract { stage: String, message: String },
+    /// The stage's schema registry could not serve the batch's schemas (after its retries):
+    /// the run stops rather than fail records that are not at fault.
+    #[error("stage {stage}: {error}")]
+    Registry { stage: String, error: Box<weir_schema::RegistryError> },
 }
 
 /// A plugin's error in plain words (the bindings' own `Display` is Rust debug output).
@@ -79,6 +83,7 @@ impl PluginError {
             | Self::Failed { stage, .. }
             | Self::Trap { stage, .. }
             | Self::Contract { stage, .. }
+            | Self::Registry { stage, .. }
             | Self::Limit { stage, .. }
             | Self::Stopped { stage } => stage,
             Self::Columns(_) | Self::Engine(_) | Self::Read { .. } | Self::Compile { .. } | Self::Version { .. } => "",

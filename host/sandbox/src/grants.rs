@@ -37,6 +37,9 @@ pub struct Grants {
     pub http: Vec<String>,
     /// The process's standard output (validated to a sink; other stages' stdout goes nowhere).
     pub stdout: bool,
+    /// `grants.registry = true`: the pipeline's `[registry]`, which the stage reaches through
+    /// the `registry` interface (`registry.rs`).
+    pub registry: Option<weir_schema::RegistryConfig>,
 }
 
 /// A host directory the plugin may see, at `guest` inside the sandbox.
@@ -60,6 +63,8 @@ pub struct Resolved {
     grants: Grants,
     env: Vec<(String, String)>,
     network: Vec<SocketAddr>,
+    /// The process's client of the granted registry.
+    pub(super) registry: Option<std::sync::Arc<weir_schema::Registry>>,
 }
 
 impl Grants {
@@ -119,7 +124,14 @@ impl Grants {
                 a.to_socket_addrs().map_err(|e| bad(format!("network address {a} (grants.network)"), e.to_string()))?;
             network.extend(addrs);
         }
-        Ok(Resolved { grants: self.clone(), env, network })
+        let registry = match &self.registry {
+            Some(c) => Some(
+                weir_schema::Registry::shared(c)
+                    .map_err(|e| bad(format!("schema registry {} (grants.registry)", c.url), e.to_string()))?,
+            ),
+            None => None,
+        };
+        Ok(Resolved { grants: self.clone(), env, network, registry })
     }
 }
 

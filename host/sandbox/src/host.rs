@@ -39,6 +39,8 @@ pub struct HostState {
     pub(super) metrics: Arc<PluginMetrics>,
     /// One bucket per writable grant (`disk.rs`).
     pub(super) disk: Vec<Arc<super::disk::Bucket>>,
+    /// The granted schema registry (`registry.rs`).
+    pub(super) registry: Option<Arc<weir_schema::Registry>>,
 }
 
 impl HostState {

@@ -22,6 +22,7 @@ mod host;
 mod limiter;
 pub mod metrics;
 mod processor;
+mod registry;
 mod roles;
 mod sandbox;
 mod spec;

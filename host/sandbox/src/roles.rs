@@ -194,6 +194,10 @@ impl Parser {
 impl ParseFns for Parser {
     fn parse(&mut self, input: &RawBatch) -> Result<BatchOutput, PluginError> {
         self.0.recycle_if_due();
+        if let Some(registry) = self.0.registry() {
+            super::registry::prefetch(registry, input)
+                .map_err(|e| PluginError::Registry { stage: self.0.stage().to_string(), error: Box::new(e) })?;
+        }
         let out = self.0.call(|g, s| g.call_parse(s, input))?;
         accept(&self.0, input.value_ends.len(), out)
     }

@@ -118,6 +118,11 @@ impl<R: Role> Sandbox<R> {
         &self.spec.name
     }
 
+    /// The stage's granted schema registry.
+    pub fn registry(&self) -> Option<&weir_schema::Registry> {
+        self.grants.registry.as_deref()
+    }
+
     pub fn limits(&self) -> &Limits {
         &self.spec.limits
     }
@@ -152,6 +157,7 @@ impl<R: Role> Sandbox<R> {
             log: LogBudget::new(self.log_minute.clone()),
             metrics: self.metrics.clone(),
             disk: self.disk.clone(),
+            registry: self.grants.registry.clone(),
         };
         let mut store = Store::new(self.pre.engine(), state);
         store.limiter(|s| &mut s.memory);

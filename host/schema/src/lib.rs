@@ -9,6 +9,7 @@
 //!   is down before it gives up naming it;
 //! - `avro/`: rows (JSON objects) written as Avro, with the field that does not fit named, and
 //!   the compatibility rules checked before a run;
+//! - `checks.rs`: what is checked against the registry before a run;
 //! - `limits.rs`: every default and bound, named once.
 //!
 //! Decoding is not here: it runs in the sandbox (`plugins/avro-parser`), which reaches the
@@ -16,13 +17,18 @@
 //! crate's [`Registry`].
 
 pub mod avro;
+#[cfg(feature = "registry")]
+pub mod checks;
 mod config;
 pub mod limits;
+#[cfg(feature = "registry")]
 mod registry;
 mod subject;
+#[cfg(feature = "registry")]
 mod tls;
 pub mod wire;
 
 pub use config::{RegistryConfig, RegistryFile};
+#[cfg(feature = "registry")]
 pub use registry::{Registry, RegistryError, Schema, SchemaRef, SchemaType};
 pub use subject::SubjectStrategy;

@@ -93,6 +93,13 @@ pub struct Registry {
     fetches: AtomicU64,
 }
 
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The URL only: the credentials stay out of every log line.
+        f.debug_struct("Registry").field("url", &self.config.url).finish_non_exhaustive()
+    }
+}
+
 /// A registry's JSON body for a schema (by id, or a subject's version).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -133,7 +140,10 @@ impl Registry {
                     .map_err(|e| setup(format!("cannot read credentials_file {}: {e}", f.display())))?;
                 let line = text.lines().next().unwrap_or("").trim();
                 if !line.contains(':') {
-                    return Err(setup(format!("credentials_file {}: its first line must be USER:PASSWORD", f.display())));
+                    return Err(setup(format!(
+                        "credentials_file {}: its first line must be USER:PASSWORD",
+                        f.display()
+                    )));
                 }
                 use base64::Engine;
                 Some(format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(line)))
@@ -141,19 +151,13 @@ impl Registry {
             None => None,
         };
         let tls = crate::tls::config(&config).map_err(setup)?;
-        let mut builder = ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(config.timeout));
+        let mut builder =
+            ureq::Agent::config_builder().http_status_as_error(false).timeout_global(Some(config.timeout));
         if let Some(tls) = tls {
             builder = builder.tls_config(tls);
         }
         let agent = builder.build().into();
-        Ok(Self {
-            config,
-            agent,
-            auth,
-            ids: Mutex::default(),
-            missing: Mutex::default(),
-            fetches: AtomicU64::new(0),
-        })
+        Ok(Self { config, agent, auth, ids: Mutex::default(), missing: Mutex::default(), fetches: AtomicU64::new(0) })
     }
 
     /// The registry's URL: how errors and logs name it.
@@ -224,7 +228,8 @@ impl Registry {
         struct Level {
             compatibility_level: String,
         }
-        let own = self.get_json::<Level>(&format!("/config/{}", escape(subject)), &format!("subject {subject:?}'s config"));
+        let own =
+            self.get_json::<Level>(&format!("/config/{}", escape(subject)), &format!("subject {subject:?}'s config"));
         match own {
             Ok(l) => Ok(l.compatibility_level),
             Err(RegistryError::NotFound { .. }) => {
@@ -288,7 +293,8 @@ impl Registry {
                 return Err(self.invalid(what, format!("it references more than {MAX_REFERENCES} schemas")));
             }
             let path = format!("/subjects/{}/versions/{}", escape(&r.subject), r.version);
-            let body: SchemaBody = self.get_json(&path, &format!("reference {:?} (subject {:?})", r.name, r.subject))?;
+            let body: SchemaBody =
+                self.get_json(&path, &format!("reference {:?} (subject {:?})", r.name, r.subject))?;
             self.references(&body.references, out, seen, what)?;
             out.push((r.name.clone(), body.schema));
         }
@@ -333,7 +339,8 @@ impl Registry {
                 }
                 Err(Attempt::Final(e)) => return Err(e),
                 Ok(text) => {
-                    return serde_json::from_str(&text).map_err(|e| self.invalid(what, format!("an answer not understood: {e}")));
+                    return serde_json::from_str(&text)
+                        .map_err(|e| self.invalid(what, format!("an answer not understood: {e}")));
                 }
             }
         }

@@ -9,8 +9,10 @@
 //!   inside the tenant's data area, through no link that leaves it. Relative paths are relative
 //!   to that area.
 //! - The checkpoint is the service's: the file may not place it.
-//! - Network addresses (Kafka brokers, `grants.network`, `grants.http`) must be on the admin's
-//!   allow-list; Kafka options that read or run files on the service's machine are refused.
+//! - Network addresses (Kafka brokers, `grants.network`, `grants.http`, the schema registry)
+//!   must be on the admin's allow-list; Kafka options that read or run files on the service's
+//!   machine are refused. The registry's credentials and TLS files, and a sink's schema files,
+//!   are host paths like any other.
 //! - Nothing of the service's own process reaches a plugin: no `grants.env`, no `grants.stdout`.
 //! - Every stage runs with the tenant's CPU weight (`limits.cpu_weight`), which the file may not
 //!   set.
@@ -89,6 +91,7 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
     let pipeline = resolved_pipeline(scope, table, &mut digests)?;
     check_sources(scope, &pipeline)?;
     check_sink(scope, &pipeline)?;
+    check_registry(scope, &pipeline)?;
     if let Some(p) = &pipeline.dead_letter {
         confine_path(scope.files, "dead_letter.path", p)?;
     }
@@ -191,6 +194,43 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
         Some(SinkConfig::Wasm(_)) => {}
         None => {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
+        }
+    }
+    Ok(())
+}
+
+/// The schema registry: its address on the allow-list, its secrets and a sink's schema files in
+/// the data area (a credentials file elsewhere would send the first line of any file on the
+/// service's machine to a URL the tenant chose).
+fn check_registry(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
+    if let Some(r) = &pipeline.registry {
+        let authority = r.url.split_once("://").map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
+        let port = if r.url.starts_with("https://") { "443" } else { "80" };
+        let authority = if authority.contains(':') { authority.to_string() } else { format!("{authority}:{port}") };
+        if !scope.allow_network.contains(&authority) {
+            return Err(refuse(
+                "registry.url",
+                format!("`{authority}` is not on the service's network allow-list; ask the admin to add it"),
+            ));
+        }
+        let files = [
+            ("registry.credentials_file", r.credentials_file.as_ref()),
+            ("registry.ca_file", r.ca_file.as_ref()),
+            ("registry.cert_file", r.client_cert.as_ref().map(|(c, _)| c)),
+            ("registry.key_file", r.client_cert.as_ref().map(|(_, k)| k)),
+        ];
+        for (field, path) in files {
+            if let Some(p) = path {
+                confine_path(scope.files, field, p)?;
+            }
+        }
+    }
+    if let Some(SinkConfig::Kafka(k)) = &pipeline.sink
+        && let Some(a) = &k.avro
+    {
+        confine_path(scope.files, "sink.schema", &a.schema)?;
+        if let Some(p) = &a.key_schema {
+            confine_path(scope.files, "sink.key_schema", p)?;
         }
     }
     Ok(())

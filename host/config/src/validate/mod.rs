@@ -76,7 +76,11 @@ fn build(
         return Err(invalid("name", format!("`{}`: use letters, digits, `-` and `_`", f.name)));
     }
     let name = f.name;
-    let stages = Stages { base, name: &name, invalid };
+    let registry = match f.registry {
+        Some(r) => Some(r.validate(base).map_err(|b| invalid(&format!("registry.{}", b.key), b.message))?),
+        None => None,
+    };
+    let stages = Stages { base, name: &name, invalid, registry: registry.as_ref() };
     let stage = |key: &str, s: StageFile| stages.stage(key, s);
 
     let source = source_config("source", f.source, &name, &rel, invalid)?;
@@ -111,7 +115,15 @@ fn build(
     }
     let sink = match f.sink {
         None => None,
-        Some(s) => Some(sink_config(s, &name, matches!(trigger, Trigger::Continuous { .. }), &stage, invalid)?),
+        Some(s) => Some(sink_config(
+            s,
+            &name,
+            matches!(trigger, Trigger::Continuous { .. }),
+            registry.as_ref(),
+            &stage,
+            &rel,
+            invalid,
+        )?),
     };
 
     let pipeline = Pipeline {
@@ -129,6 +141,7 @@ fn build(
         dead_letter: f.dead_letter.map(|d| rel(&d.path)),
         failure: failure(f.failure, invalid)?,
         group: None,
+        registry,
     };
     match f.scale {
         None => Ok(pipeline),
@@ -228,4 +241,5 @@ fn granted(g: &GrantsFile) -> bool {
         || !g.network.is_empty()
         || !g.http.is_empty()
         || g.stdout
+        || g.registry
 }

@@ -34,9 +34,12 @@ pub(super) fn sink_config(
     s: SinkFile,
     name: &str,
     continuous: bool,
+    registry: Option<&weir_schema::RegistryConfig>,
     stage: &dyn Fn(&str, StageFile) -> Result<StageSpec, PipelineError>,
+    rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
+    let avro = avro_out(&s, registry, rel, invalid)?;
     let not_for = |key: &str, present: bool, kind: &str| {
         if present {
             Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it")))
@@ -100,7 +103,59 @@ pub(super) fn sink_config(
                 transactional_id,
                 key: key_field("sink.key", s.key, invalid)?,
                 event_time_stamps: false,
+                avro,
             }))
         }
     }
+}
+
+/// A Kafka sink's `format`, `schema`, `key_schema`, `subject_strategy` and `auto_register`.
+fn avro_out(
+    s: &SinkFile,
+    registry: Option<&weir_schema::RegistryConfig>,
+    rel: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<Option<AvroOut>, PipelineError> {
+    use crate::file::SinkFormatFile;
+    let avro = s.format == Some(SinkFormatFile::Avro);
+    if (avro || s.format.is_some()) && s.kind != SinkKindFile::Kafka {
+        return Err(invalid("sink.format", "only a Kafka sink (type = \"kafka\") has a format; remove it".into()));
+    }
+    if !avro {
+        for (key, present) in [
+            ("schema", s.schema.is_some()),
+            ("key_schema", s.key_schema.is_some()),
+            ("subject_strategy", s.subject_strategy.is_some()),
+            ("auto_register", s.auto_register.is_some()),
+        ] {
+            if present {
+                return Err(invalid(
+                    &format!("sink.{key}"),
+                    "only with format = \"avro\": set it, or remove this key (rows are written as JSON)".into(),
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let schema = s.schema.as_deref().ok_or_else(|| {
+        invalid(
+            "sink.schema",
+            "format = \"avro\" writes with a schema: name its file, e.g. schema = \"order.avsc\"".into(),
+        )
+    })?;
+    let registry = registry.ok_or_else(|| {
+        invalid(
+            "sink.format",
+            "Avro output is registered in a schema registry: add [registry] with its url, e.g. url = \
+             \"http://localhost:8081\""
+                .into(),
+        )
+    })?;
+    Ok(Some(AvroOut {
+        schema: rel(schema),
+        key_schema: s.key_schema.as_deref().map(rel),
+        strategy: s.subject_strategy.unwrap_or_default(),
+        auto_register: s.auto_register.unwrap_or(true),
+        registry: registry.clone(),
+    }))
 }

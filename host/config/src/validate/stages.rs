@@ -10,6 +10,8 @@ pub(super) struct Stages<'a> {
     pub base: &'a Path,
     pub name: &'a str,
     pub invalid: &'a dyn Fn(&str, String) -> PipelineError,
+    /// `[registry]`, for the stages that `grants.registry`.
+    pub registry: Option<&'a weir_schema::RegistryConfig>,
 }
 
 impl Stages<'_> {
@@ -30,6 +32,18 @@ impl Stages<'_> {
                 "only a [sink] may write to standard output (where `weir test` prints rows); drop it here".into(),
             ));
         }
+        let registry = match (g.registry, self.registry) {
+            (false, _) => None,
+            (true, Some(r)) => Some(r.clone()),
+            (true, None) => {
+                return Err(invalid(
+                    &format!("{key}.grants.registry"),
+                    "the pipeline names no schema registry: add [registry] with its url, e.g. url = \
+                     \"http://localhost:8081\""
+                        .into(),
+                ));
+            }
+        };
         let grants = Grants {
             dirs: g
                 .dirs
@@ -42,6 +56,7 @@ impl Stages<'_> {
             network: g.network,
             http: g.http,
             stdout: g.stdout,
+            registry,
         };
         grants.validate().map_err(|b| invalid(&format!("{key}.grants.{}", b.key), b.message))?;
         Ok(StageSpec {

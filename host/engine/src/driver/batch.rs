@@ -172,7 +172,7 @@ impl Run {
             report.durations.sync_wait_ms = ms(t);
         }
         let t = Instant::now();
-        self.deliver(batch_id, &rows)?;
+        report.dead_letters += self.deliver(batch_id, &rows)?;
         self.spare_rows = rows;
         report.durations.sink_ms = ms(t);
         let t = Instant::now();
@@ -183,8 +183,9 @@ impl Run {
 
     /// Delivers a batch; a sink plugin's failure is retried with backoff (delivery is
     /// idempotent per delivery), then stops the pipeline: rows cannot be set aside the way
-    /// input records can.
-    pub(super) fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<(), RunError> {
+    /// input records can. Rows the sink itself refuses (they do not fit its schema) go to the
+    /// dead letters; returns how many.
+    pub(super) fn deliver(&mut self, batch_id: u64, rows: &Rows) -> Result<usize, RunError> {
         let delivery = Delivery { checkpoint: &self.identity, batch_id };
         let (sink, stop) = (&mut self.sink, &self.stop);
         let retriable = |e: &SinkError| matches!(e, SinkError::Plugin(e) if crate::isolate::isolatable(e));
@@ -193,7 +194,8 @@ impl Run {
             .retry()
             .run(stop, &what, || sink.deliver(&delivery, rows), retriable)
             .map_err(|e| e.into_inner())?;
-        Ok(())
+        let rejected = self.sink.rejected();
+        Ok(self.dead.rows(batch_id, rows, &rejected)?)
     }
 
     /// Makes batch `batch_id` durable: side outputs, then the state with the source position

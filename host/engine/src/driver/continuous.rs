@@ -111,7 +111,7 @@ impl Run {
                 if !batch.is_empty() {
                     let parsed = ingest.parse(&batch)?;
                     let (rows, report) = self.process(*batch_id, &batch, parsed, false, &[])?;
-                    self.deliver(*batch_id, &rows)?;
+                    since.dead_letters += self.deliver(*batch_id, &rows)?;
                     self.spare_rows = rows;
                     *batch_id += 1;
                     since.input_rows += report.input_rows;

@@ -60,6 +60,8 @@ pub enum RunError {
     SideOutput(#[from] SideOutputError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
+    #[error(transparent)]
+    Schema(#[from] Box<crate::schemas::SchemaError>),
     #[error(
         "expectation {name} ({rule}) failed, and on_violation = \"fail\" stops the flow: {position} holds the row {row}"
     )]
@@ -95,7 +97,8 @@ impl RunError {
             RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. } | SourceError::NoProject(_)) => {
                 true
             }
-            RunError::Sink(SinkError::NoProject(_)) => true,
+            RunError::Sink(SinkError::NoProject(_) | SinkError::Avro(_)) => true,
+            RunError::Schema(_) => true,
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
             RunError::Checkpoint(CheckpointError::Foreign { .. }) => true,
@@ -178,6 +181,7 @@ struct Run {
 pub fn run(pipeline: &Pipeline, stages: Stages, mut opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
     let _running = stages.runtime.as_ref().filter(|_| opts.own_share).map(|r| r.enter_pipeline());
+    crate::schemas::check_readers(pipeline).map_err(Box::new)?;
     let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &mut opts)?;
     let mut progress = opts.progress;
     progress.identify(&run.identity, &opts.checkpoint);

@@ -5,10 +5,12 @@
 //! exactly-once.
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
+//! `avro.rs` (rows as Avro in front of the Kafka sink),
 //! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
 //! project's dataset in the embedded log), `repartition.rs` (a group's shuffle, stage 1's
 //! partials to stage 2).
 
+pub mod avro;
 mod kafka;
 mod lines;
 mod log;
@@ -44,6 +46,10 @@ pub enum SinkError {
              a [process], or sink.key = \"FIELD\")"
     )]
     Unkeyed { dataset: String, why: String },
+    #[error(transparent)]
+    Avro(#[from] Box<avro::AvroSinkError>),
+    #[error(transparent)]
+    Rows(#[from] crate::columns::ColumnFull),
     #[error(
         "sink.dataset = \"{0}\" writes a project's dataset: run the project (weir run DIR, where DIR has a \
          weir.toml listing this flow)"
@@ -61,6 +67,12 @@ pub trait RowSink: Send {
     /// the source position is committed. For sinks whose `deliver` already waits, nothing.
     fn barrier(&mut self) -> Barrier {
         Box::new(|| Ok(()))
+    }
+
+    /// The rows of the last [`RowSink::deliver`] that the sink could not write, by index, with
+    /// why: the driver writes them to the dead letters. Most sinks write every row.
+    fn rejected(&mut self) -> Vec<(usize, String)> {
+        Vec::new()
     }
 }
 

@@ -5,8 +5,9 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use super::avro::AvroSink;
 use super::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
-use crate::pipeline::{Pipeline, SinkConfig, Trigger};
+use crate::pipeline::{KafkaSinkConfig, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{PluginError, Runtime, Sink};
 
 /// The pipeline's own sink; a Wasm sink needs `runtime`.
@@ -22,7 +23,15 @@ pub fn open(
                 .ok_or_else(|| PluginError::Engine(format!("{}: a Wasm sink needs the Wasm runtime", spec.name)))?;
             Box::new(WasmSink(Sink::new(runtime, spec.clone())?))
         }
-        Some(SinkConfig::Kafka(k)) => Box::new(KafkaSink::open(k, continuous, stop.clone())?),
+        Some(SinkConfig::Kafka(k)) => match &k.avro {
+            None => Box::new(KafkaSink::open(k, continuous, stop.clone())?),
+            // The Avro sink reads `sink.key` from the rows before they are encoded.
+            Some(avro) => {
+                let plain = KafkaSinkConfig { key: None, ..k.clone() };
+                let kafka = Box::new(KafkaSink::open(&plain, continuous, stop.clone())?);
+                Box::new(AvroSink::open(avro, &k.topic, k.key.as_deref(), kafka).map_err(Box::new)?)
+            }
+        },
         Some(SinkConfig::Dataset { dataset, key }) => match &dataset.log {
             Some(dir) => Box::new(LogSink::open(dataset, dir, key.clone())?),
             None => return Err(SinkError::NoProject(dataset.name.clone())),

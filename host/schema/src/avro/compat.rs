@@ -153,6 +153,9 @@ mod tests {
         check(&v3, &versions, Level::parse("BACKWARD").unwrap()).unwrap();
         let e = check(&v3, &versions, Level::parse("BACKWARD_TRANSITIVE").unwrap()).unwrap_err();
         assert_eq!(e.version, 1, "{e}");
-        assert!(check_reader(&versions[1].1, &[(1, versions[0].1.clone()), (3, schema(r#"{"name":"x","type":"int"}"#))]).is_err());
+        assert!(
+            check_reader(&versions[1].1, &[(1, versions[0].1.clone()), (3, schema(r#"{"name":"x","type":"int"}"#))])
+                .is_err()
+        );
     }
 }

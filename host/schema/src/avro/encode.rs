@@ -29,7 +29,7 @@ pub struct Misfit {
 pub struct Encoder {
     schema: Schema,
     /// Named types by full name, for `Ref`s.
-    names: HashMap<Name, Schema>,
+    names: super::Names,
     /// Each field default, encoded once (by record and field name): a default is written in
     /// Avro's JSON encoding (bytes as code points, a union's as its first branch), not as rows
     /// are, so apache-avro encodes it.
@@ -42,10 +42,7 @@ const MAX_DEPTH: usize = 64;
 
 impl Encoder {
     pub fn new(schema: Schema, references: Vec<Schema>) -> Self {
-        let mut names = HashMap::new();
-        for s in references.iter().chain(std::iter::once(&schema)) {
-            collect(s, &mut names);
-        }
+        let names = super::Names::of(references.iter().chain(std::iter::once(&schema)));
         let all: Vec<&Schema> = std::iter::once(&schema).chain(&references).collect();
         let mut defaults = HashMap::new();
         for s in names.values() {
@@ -89,7 +86,8 @@ impl Encoder {
                 Ok(())
             }
             Schema::Int | Schema::Date | Schema::TimeMillis => {
-                let n = v.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| wrong(path, "a 32-bit integer"))?;
+                let n =
+                    v.as_i64().and_then(|n| i32::try_from(n).ok()).ok_or_else(|| wrong(path, "a 32-bit integer"))?;
                 zigzag(i64::from(n), out);
                 Ok(())
             }
@@ -184,21 +182,31 @@ impl Encoder {
             Schema::Union(u) => self.write_union(u.variants(), v, out, path),
             Schema::Record(r) => self.write_record(r, v, out, path),
             Schema::Ref { name } => {
-                let s = self.names.get(name).ok_or_else(|| misfit(path, format!("the schema names {name}, undefined")))?;
+                let s =
+                    self.names.get(name).ok_or_else(|| misfit(path, format!("the schema names {name}, undefined")))?;
                 self.write(s, v, out, path)
             }
         }
     }
 
-    fn write_record(&self, r: &RecordSchema, v: &Value, out: &mut Vec<u8>, path: &mut Vec<String>) -> Result<(), Misfit> {
-        let obj = v.as_object().ok_or_else(|| misfit(path, format!("{} is not an object (record {})", kind(v), r.name)))?;
+    fn write_record(
+        &self,
+        r: &RecordSchema,
+        v: &Value,
+        out: &mut Vec<u8>,
+        path: &mut Vec<String>,
+    ) -> Result<(), Misfit> {
+        let obj =
+            v.as_object().ok_or_else(|| misfit(path, format!("{} is not an object (record {})", kind(v), r.name)))?;
         for f in &r.fields {
             path.push(if path.is_empty() { f.name.clone() } else { format!(".{}", f.name) });
             match obj.get(&f.name) {
                 Some(x) => self.write(&f.schema, x, out, path)?,
                 None => match self.defaults.get(&(r.name.clone(), f.name.clone())) {
                     Some(Ok(d)) => out.extend_from_slice(d),
-                    Some(Err(e)) => return Err(misfit(path, format!("missing, and its default cannot be written: {e}"))),
+                    Some(Err(e)) => {
+                        return Err(misfit(path, format!("missing, and its default cannot be written: {e}")));
+                    }
                     None => return Err(misfit(path, "missing, and the schema gives it no default".into())),
                 },
             }
@@ -208,7 +216,13 @@ impl Encoder {
     }
 
     /// The first branch `v` fits: its index, then the value.
-    fn write_union(&self, branches: &[Schema], v: &Value, out: &mut Vec<u8>, path: &mut Vec<String>) -> Result<(), Misfit> {
+    fn write_union(
+        &self,
+        branches: &[Schema],
+        v: &Value,
+        out: &mut Vec<u8>,
+        path: &mut Vec<String>,
+    ) -> Result<(), Misfit> {
         let start = out.len();
         let mut last = None;
         for (i, b) in branches.iter().enumerate() {
@@ -233,31 +247,12 @@ impl Encoder {
 fn encode_default(schema: &Schema, default: &Value, all: &[&Schema]) -> Result<Vec<u8>, String> {
     use apache_avro::types::Value as Avro;
     use apache_avro::writer::datum::GenericDatumWriter;
-    let v = Avro::try_from(default.clone()).map_err(|e| e.to_string())?.resolve_schemata(schema, all.to_vec()).map_err(|e| e.to_string())?;
+    let v = Avro::try_from(default.clone())
+        .map_err(|e| e.to_string())?
+        .resolve_schemata(schema, all.to_vec())
+        .map_err(|e| e.to_string())?;
     let w = GenericDatumWriter::builder(schema).schemata(all.to_vec()).map_err(|e| e.to_string())?.build();
     w.map_err(|e| e.to_string())?.write_value_to_vec(v).map_err(|e| e.to_string())
-}
-
-/// Named types inside `s`, by full name.
-fn collect(s: &Schema, names: &mut HashMap<Name, Schema>) {
-    match s {
-        Schema::Record(r) => {
-            names.insert(r.name.clone(), s.clone());
-            for f in &r.fields {
-                collect(&f.schema, names);
-            }
-        }
-        Schema::Enum(e) => {
-            names.insert(e.name.clone(), s.clone());
-        }
-        Schema::Fixed(f) => {
-            names.insert(f.name.clone(), s.clone());
-        }
-        Schema::Array(a) => collect(&a.items, names),
-        Schema::Map(m) => collect(&m.types, names),
-        Schema::Union(u) => u.variants().iter().for_each(|b| collect(b, names)),
-        _ => {}
-    }
 }
 
 fn branch_name(s: &Schema) -> String {
@@ -328,7 +323,10 @@ fn decimal(v: &Value, scale: usize, path: &[String]) -> Result<i128, Misfit> {
     }
     let mut unscaled: i128 = 0;
     for b in whole.bytes().chain(frac.bytes()).chain(std::iter::repeat_n(b'0', scale - frac.len())) {
-        unscaled = unscaled.checked_mul(10).and_then(|u| u.checked_add(i128::from(b - b'0'))).ok_or_else(|| bad("too large"))?;
+        unscaled = unscaled
+            .checked_mul(10)
+            .and_then(|u| u.checked_add(i128::from(b - b'0')))
+            .ok_or_else(|| bad("too large"))?;
     }
     Ok(if neg { -unscaled } else { unscaled })
 }

@@ -1,13 +1,18 @@
-//! Avro on the host's side: a writer's schema parsed with the schemas it references
-//! ([`parse`]), rows encoded with it (`encode.rs`), and the compatibility rules a registry
-//! subject keeps, checked before a run (`compat.rs`). Decoding runs in the sandbox
-//! (`plugins/avro-parser`).
+//! Avro: a schema parsed with the schemas it references ([`parse`]), rows encoded with it
+//! (`encode.rs`), bytes decoded strictly (`decode.rs`) and written as rows (`json.rs`), and the
+//! compatibility rules a registry subject keeps, checked before a run (`compat.rs`). The host
+//! encodes and checks; decoding runs in the sandbox, in `plugins/avro-parser`, which builds
+//! this module in.
 
 mod compat;
+mod decode;
 mod encode;
+mod json;
 
 pub use compat::{Level, Refusal, check, check_reader};
+pub use decode::{DecodeError, decode};
 pub use encode::{Encoder, Misfit};
+pub use json::{Names, write_json};
 
 use apache_avro::Schema as AvroSchema;
 

@@ -44,6 +44,7 @@ impl Service {
         let one = self.one_at_a_time(tenant);
         let _one = one.lock().unwrap_or_else(|e| e.into_inner());
         let confined = self.scope_confine(tenant, name, text)?;
+        schemas_fit(&confined.pipeline)?;
         let key: Key = (tenant.to_string(), name.to_string());
         let (old, quotas, others, count) = {
             let r = self.registry();
@@ -317,4 +318,20 @@ fn last_lines(path: &Path, n: usize) -> Vec<serde_json::Value> {
     let skip = lines.len().saturating_sub(n);
     lines.drain(..skip);
     lines
+}
+
+/// The pipeline's schemas against its registry, before it is deployed: an incompatible schema
+/// is refused under the key that names it (`docs/formats.md`).
+fn schemas_fit(pipeline: &crate::pipeline::Pipeline) -> Result<(), ApiError> {
+    use weir_engine::schemas::{SchemaError, check};
+    check(pipeline).map_err(|e| {
+        let field = match &e {
+            SchemaError::Sink(_) => "sink.schema".to_string(),
+            SchemaError::Reader { stage, .. } => {
+                let key = stage.split_once('/').map_or(stage.as_str(), |(_, rest)| rest);
+                format!("{}.config.reader_version", key.split(" (").next().unwrap_or(key))
+            }
+        };
+        ApiError::bad(field, e.to_string())
+    })
 }

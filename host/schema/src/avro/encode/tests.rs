@@ -22,14 +22,19 @@ fn encoder() -> Encoder {
 }
 
 fn decode(e: &Encoder, bytes: &[u8]) -> Avro {
-    apache_avro::reader::datum::GenericDatumReader::builder(e.schema()).build().unwrap().read_value(&mut &bytes[..]).unwrap()
+    apache_avro::reader::datum::GenericDatumReader::builder(e.schema())
+        .build()
+        .unwrap()
+        .read_value(&mut &bytes[..])
+        .unwrap()
 }
 
 #[test]
 fn a_row_is_written_as_avro_s_own_reader_reads_it() {
     let e = encoder();
     let mut out = Vec::new();
-    let row = br#"{"order_id":"o1","amount":12.5,"status":"ERROR","note":"hi","tags":["a","b"],"order_ts":1700000000000,
+    let row =
+        br#"{"order_id":"o1","amount":12.5,"status":"ERROR","note":"hi","tags":["a","b"],"order_ts":1700000000000,
                    "price":"12.34","lines":[{"sku":"x","n":3}],"ignored":true}"#;
     e.encode(row, &mut out).unwrap();
     let Avro::Record(fields) = decode(&e, &out) else { panic!("a record") };
@@ -62,7 +67,8 @@ fn a_row_that_does_not_fit_names_the_field_and_writes_nothing() {
         assert_eq!(m.field, field, "{m}");
         assert_eq!(out, [9], "nothing written for a misfit");
     }
-    let m = e.encode(br#"{"order_id":"o","amount":1,"status":"OK","order_ts":1,"price":"1.234"}"#, &mut out).unwrap_err();
+    let m =
+        e.encode(br#"{"order_id":"o","amount":1,"status":"OK","order_ts":1,"price":"1.234"}"#, &mut out).unwrap_err();
     assert!(m.message.contains("2 digits"), "{m}");
 }
 

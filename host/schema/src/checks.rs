@@ -1,0 +1,101 @@
+//! What Weir checks against a registry before a run: that a sink's schema may join its
+//! subject (the subject's compatibility level, checked by Weir so the refusal names the field
+//! and the rule), and that a parser's reader schema reads every version of its subject.
+//! `weir validate`, `weir run`'s start-up and a deploy on `weir serve` all call these.
+
+use std::sync::Arc;
+
+use crate::avro::{self, BadSchema, Level, Refusal};
+use crate::registry::{Registry, RegistryError, Schema, SchemaType};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CheckError {
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+    #[error("{what}: {error}")]
+    BadSchema { what: String, error: BadSchema },
+    #[error("{what}: subject {subject:?} version {version} is a {found} schema, not Avro")]
+    NotAvro { what: String, subject: String, version: u32, found: &'static str },
+    #[error("{what} is refused by subject {subject:?}'s compatibility level, {refusal}")]
+    Incompatible { what: String, subject: String, refusal: Refusal },
+    #[error(
+        "{what} is not registered under subject {subject:?}, and auto_register is false: register it, or set \
+         auto_register = true"
+    )]
+    NotRegistered { what: String, subject: String },
+    #[error("schema registry {registry}: subject {subject:?}'s compatibility level: {message}")]
+    Level { registry: String, subject: String, message: String },
+}
+
+/// Every version of `subject`, oldest first, parsed as Avro.
+fn versions(registry: &Registry, subject: &str, what: &str) -> Result<Vec<(u32, apache_avro::Schema)>, CheckError> {
+    let mut out = Vec::new();
+    for v in registry.versions(subject)? {
+        let (_, s) = registry.by_version(subject, Some(v))?;
+        out.push((v, parsed(&s, subject, v, what)?));
+    }
+    Ok(out)
+}
+
+fn parsed(s: &Arc<Schema>, subject: &str, version: u32, what: &str) -> Result<apache_avro::Schema, CheckError> {
+    if s.schema_type != SchemaType::Avro {
+        return Err(CheckError::NotAvro {
+            what: what.to_string(),
+            subject: subject.to_string(),
+            version,
+            found: s.schema_type.as_str(),
+        });
+    }
+    avro::parse(&s.text, &s.references).map_err(|error| CheckError::BadSchema {
+        what: format!("{what}: subject {subject:?} version {version}"),
+        error,
+    })
+}
+
+/// The id `text` (an Avro schema, `what` in errors) has under `subject`: found there, or, if it
+/// passes the subject's compatibility level, registered (with `register`) or `None` (without:
+/// a check only, as `weir validate` makes).
+pub fn writer_id(
+    registry: &Registry,
+    subject: &str,
+    text: &str,
+    what: &str,
+    register: bool,
+    auto_register: bool,
+) -> Result<Option<u32>, CheckError> {
+    let schema = avro::parse(text, &[]).map_err(|error| CheckError::BadSchema { what: what.to_string(), error })?;
+    if let Some(id) = registry.lookup(subject, SchemaType::Avro, text)? {
+        return Ok(Some(id));
+    }
+    let level = registry.compatibility(subject)?;
+    let level = Level::parse(&level).map_err(|message| CheckError::Level {
+        registry: registry.url().to_string(),
+        subject: subject.to_string(),
+        message,
+    })?;
+    let existing = versions(registry, subject, what)?;
+    avro::check(&schema, &existing, level).map_err(|refusal| CheckError::Incompatible {
+        what: what.to_string(),
+        subject: subject.to_string(),
+        refusal,
+    })?;
+    if !auto_register {
+        return Err(CheckError::NotRegistered { what: what.to_string(), subject: subject.to_string() });
+    }
+    if !register {
+        return Ok(None);
+    }
+    Ok(Some(registry.register(subject, SchemaType::Avro, text)?))
+}
+
+/// Checks that version `version` of `subject` reads data written with every version of it.
+pub fn reader(registry: &Registry, subject: &str, version: u32, what: &str) -> Result<(), CheckError> {
+    let (_, r) = registry.by_version(subject, Some(version))?;
+    let reader = parsed(&r, subject, version, what)?;
+    let writers = versions(registry, subject, what)?;
+    avro::check_reader(&reader, &writers).map_err(|refusal| CheckError::Incompatible {
+        what: what.to_string(),
+        subject: subject.to_string(),
+        refusal,
+    })
+}
