@@ -11,6 +11,7 @@ mod catch_up;
 mod cli;
 mod console;
 mod dedup;
+mod formats;
 mod join;
 mod kafka;
 mod kafka_continuous;

@@ -44,8 +44,9 @@ pub(super) enum Command {
     /// Measure a pipeline's throughput over generated order events, or with `--latency` a
     /// continuous pipeline's end-to-end latency on an embedded broker.
     Bench(Bench),
-    /// Check a project without reading data: its files, its graph, every plugin loaded for
-    /// its stage's role; print the graph.
+    /// Check a project, or one pipeline file, without reading data: its files, its graph,
+    /// every plugin loaded for its stage's role, its schemas against the schema registry;
+    /// print the graph.
     Validate { project: PathBuf },
     /// Write a project's graph as Graphviz DOT (stdout, or --out FILE and beside it FILE.svg
     /// when Graphviz is installed), with each dataset's rows after a run.

@@ -46,6 +46,7 @@ impl Exit {
                 || cause.is::<Usage>()
                 || cause.downcast_ref::<PluginError>().is_some_and(PluginError::is_config)
                 || cause.downcast_ref::<RunError>().is_some_and(RunError::is_config)
+                || cause.downcast_ref::<weir_engine::schemas::SchemaError>().is_some_and(|e| e.is_config())
                 || matches!(cause.downcast_ref::<CheckpointError>(), Some(CheckpointError::Foreign { .. }))
         });
         if usage { Exit::Usage } else { Exit::Failed }

@@ -85,6 +85,9 @@ pub(super) fn run_project(path: &Path, full_refresh: &[String], progress_json: b
 /// plays (which checks its WIT version, configuration, grants and limits), and the schemas
 /// against the schema registry (`docs/formats.md`), without reading data; prints the graph.
 pub(super) fn validate(path: &Path) -> Result<Exit> {
+    if Project::file_at(path).is_none() && path.is_file() {
+        return validate_pipeline(path);
+    }
     let p = load(path)?;
     let runtime = super::run::runtime(p.flows.iter().map(|f| &f.pipeline))?;
     let stop = Arc::new(AtomicBool::new(false));
@@ -100,6 +103,20 @@ pub(super) fn validate(path: &Path) -> Result<Exit> {
     }
     print!("{}", describe(&p));
     println!("ok: {} flows, {} datasets", p.flows.len(), p.datasets.len());
+    Ok(Exit::Done)
+}
+
+/// `weir validate PIPELINE.toml`: one pipeline file, checked as a project's flow is.
+fn validate_pipeline(path: &Path) -> Result<Exit> {
+    let pipeline = crate::pipeline::Pipeline::load(path)?;
+    let runtime = super::run::runtime([&pipeline])?;
+    let stop = Arc::new(AtomicBool::new(false));
+    Stages::wasm(&pipeline, &runtime, Output::Lines(Box::new(std::io::sink())), &stop)?;
+    if let Some(SinkConfig::Wasm(spec)) = &pipeline.sink {
+        Sink::new(&runtime, spec.clone())?;
+    }
+    weir_engine::schemas::check(&pipeline).with_context(|| path.display().to_string())?;
+    println!("ok: pipeline {}", pipeline.name);
     Ok(Exit::Done)
 }
 

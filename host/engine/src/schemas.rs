@@ -20,6 +20,17 @@ pub enum SchemaError {
     Sink(#[from] AvroSinkError),
 }
 
+impl SchemaError {
+    /// Whether the pipeline as written is refused (a schema that does not fit or cannot be
+    /// read), rather than the registry failing to answer.
+    pub fn is_config(&self) -> bool {
+        match self {
+            SchemaError::Reader { error, .. } => !matches!(**error, CheckError::Registry(_)),
+            SchemaError::Sink(e) => e.is_config(),
+        }
+    }
+}
+
 /// A stage config's reader schema, if it pins one.
 #[derive(Deserialize)]
 struct Pinned {

@@ -73,7 +73,7 @@ pub struct Schema {
 pub enum RegistryError {
     #[error("schema registry {registry}: {what} is not there")]
     NotFound { registry: String, what: String },
-    #[error("schema registry {registry} cannot be reached (tried for {}): {message}", humantime::format_duration(*.tried))]
+    #[error("schema registry {registry} cannot be reached (tried for {:.1} s): {message}", .tried.as_secs_f64())]
     Unavailable { registry: String, tried: Duration, message: String },
     #[error("schema registry {registry} refused {what}: {message}")]
     Refused { registry: String, what: String, message: String },

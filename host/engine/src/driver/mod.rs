@@ -97,8 +97,9 @@ impl RunError {
             RunError::Source(SourceError::Replay(_) | SourceError::WrongOffsets { .. } | SourceError::NoProject(_)) => {
                 true
             }
-            RunError::Sink(SinkError::NoProject(_) | SinkError::Avro(_)) => true,
-            RunError::Schema(_) => true,
+            RunError::Sink(SinkError::NoProject(_)) => true,
+            RunError::Sink(SinkError::Avro(e)) => e.is_config(),
+            RunError::Schema(e) => e.is_config(),
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
             RunError::Checkpoint(CheckpointError::Foreign { .. }) => true,

@@ -46,6 +46,13 @@ pub enum AvroSinkError {
     Strategy(String),
 }
 
+impl AvroSinkError {
+    /// Whether the sink as written is refused, rather than the registry failing to answer.
+    pub fn is_config(&self) -> bool {
+        !matches!(self, AvroSinkError::Check(CheckError::Registry(_)))
+    }
+}
+
 /// A schema file's text and its subject under the sink's strategy.
 fn subject_of(avro: &AvroOut, topic: &str, key: bool) -> Result<Option<(String, String, &'static str)>, AvroSinkError> {
     let (path, name) = match (key, &avro.key_schema) {
