@@ -90,6 +90,9 @@ pub struct Registry {
     auth: Option<String>,
     ids: Mutex<HashMap<u32, Arc<Schema>>>,
     missing: Mutex<HashSet<u32>>,
+    /// Held while an id is fetched: parsers side by side that miss the same id wait for one
+    /// fetch rather than make one each.
+    fetching: Mutex<()>,
     fetches: AtomicU64,
 }
 
@@ -157,7 +160,15 @@ impl Registry {
             builder = builder.tls_config(tls);
         }
         let agent = builder.build().into();
-        Ok(Self { config, agent, auth, ids: Mutex::default(), missing: Mutex::default(), fetches: AtomicU64::new(0) })
+        Ok(Self {
+            config,
+            agent,
+            auth,
+            ids: Mutex::default(),
+            missing: Mutex::default(),
+            fetching: Mutex::default(),
+            fetches: AtomicU64::new(0),
+        })
     }
 
     /// The registry's URL: how errors and logs name it.
@@ -180,19 +191,28 @@ impl Registry {
 
     /// Schema `id` with its references, from the cache or the registry.
     pub fn by_id(&self, id: u32) -> Result<Arc<Schema>, RegistryError> {
-        match self.cached(id) {
-            Some(Some(s)) => return Ok(s),
-            Some(None) => return Err(self.not_found(format!("schema id {id}"))),
-            None => {}
+        let cached = |r: &Self| match r.cached(id) {
+            Some(Some(s)) => Some(Ok(s)),
+            Some(None) => Some(Err(r.not_found(format!("schema id {id}")))),
+            None => None,
+        };
+        if let Some(r) = cached(self) {
+            return r;
+        }
+        let _one = self.fetching.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = cached(self) {
+            return r;
         }
         let body: SchemaBody = match self.get_json(&format!("/schemas/ids/{id}"), &format!("schema id {id}")) {
             Err(RegistryError::NotFound { registry, what }) => {
+                tracing::info!(registry = %self.config.url, "schema id {id} is not in the registry (remembered)");
                 self.missing.lock().unwrap_or_else(|p| p.into_inner()).insert(id);
                 return Err(RegistryError::NotFound { registry, what });
             }
             r => r?,
         };
         let schema = Arc::new(self.complete(id, body)?);
+        tracing::info!(registry = %self.config.url, "fetched schema id {id} ({})", schema.schema_type.as_str());
         self.ids.lock().unwrap_or_else(|p| p.into_inner()).insert(id, schema.clone());
         Ok(schema)
     }
