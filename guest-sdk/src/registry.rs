@@ -73,6 +73,13 @@ pub fn schema_by_id(id: u32) -> Result<Schema, RegistryError> {
     imp::by_id(id)
 }
 
+/// Whether the stage may reach the registry (`grants.registry = true` and a `[registry]`):
+/// check it in `new`, so a pipeline without the grant is refused at start-up rather than
+/// dead-lettering every record. Reaches no registry.
+pub fn granted() -> bool {
+    !matches!(imp::by_id(0), Err(RegistryError::NotGranted))
+}
+
 /// Version `version` of `subject`'s schema.
 pub fn schema_by_version(subject: &str, version: u32) -> Result<Schema, RegistryError> {
     imp::by_version(subject, version)
@@ -130,6 +137,9 @@ pub(crate) mod imp {
     pub(super) fn by_id(id: u32) -> Result<Schema, RegistryError> {
         SERVED.with_borrow(|s| {
             let (schemas, _) = s.as_ref().ok_or(RegistryError::NotGranted)?;
+            if id == 0 {
+                return Err(RegistryError::NotFound("schema id 0".into()));
+            }
             schemas
                 .iter()
                 .find(|x| x.id == id)

@@ -89,8 +89,31 @@ struct DeadLetter<'a> {
     partition: i32,
     offset: i64,
     line: u64,
-    /// The record's value as text (invalid UTF-8 replaced), so nothing is lost to inspection.
-    value: String,
+    /// The record's value: as text when it is UTF-8 (`value`), else base64 (`value_base64`,
+    /// an Avro or Protobuf record), so nothing of it is lost.
+    #[serde(flatten)]
+    value: Payload,
+}
+
+/// A record's bytes in a dead letter, as the recorded-events envelope writes them.
+#[derive(Debug, Serialize)]
+enum Payload {
+    #[serde(rename = "value")]
+    Text(String),
+    #[serde(rename = "value_base64")]
+    Base64(String),
+}
+
+impl Payload {
+    fn of(bytes: &[u8]) -> Self {
+        match std::str::from_utf8(bytes) {
+            Ok(t) => Payload::Text(t.to_string()),
+            Err(_) => {
+                use base64::Engine;
+                Payload::Base64(base64::engine::general_purpose::STANDARD.encode(bytes))
+            }
+        }
+    }
 }
 
 /// A window the aggregator failed on, or whose row it may not emit: where it was, and its
@@ -211,7 +234,7 @@ impl DeadLetters {
                 partition: bad.position.partition,
                 offset: bad.position.offset,
                 line: bad.position.line,
-                value: String::from_utf8_lossy(&bad.raw).into_owned(),
+                value: Payload::of(&bad.raw),
             })?;
         }
         Ok(batch.bad.len())
@@ -250,7 +273,7 @@ impl DeadLetters {
                 partition: l.position.partition,
                 offset: l.position.offset,
                 line: l.position.line,
-                value: String::from_utf8_lossy(&l.raw).into_owned(),
+                value: Payload::of(&l.raw),
             })?;
         }
         Ok(letters.len())
@@ -280,7 +303,7 @@ impl DeadLetters {
                 partition: pos.partition,
                 offset: pos.offset,
                 line: pos.line,
-                value: String::from_utf8_lossy(columns::item(&r.values, &r.value_ends, rec)).into_owned(),
+                value: Payload::of(columns::item(&r.values, &r.value_ends, rec)),
             })?;
             n += 1;
         }

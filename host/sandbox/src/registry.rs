@@ -19,6 +19,11 @@ use super::host::HostState;
 impl wit::Host for HostState {
     fn schema_by_id(&mut self, id: u32) -> Result<wit::Schema, wit::RegistryError> {
         let r = self.registry.as_ref().ok_or(wit::RegistryError::NotGranted)?;
+        if id == 0 {
+            // No registry gives id 0: a plugin asks for it to learn whether it has the grant,
+            // and that costs no request.
+            return Err(wit::RegistryError::NotFound("schema id 0".into()));
+        }
         r.by_id(id).map(|s| to_wit(&s)).map_err(to_wit_error)
     }
 

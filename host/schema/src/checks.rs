@@ -18,6 +18,8 @@ pub enum CheckError {
     NotAvro { what: String, subject: String, version: u32, found: &'static str },
     #[error("{what} is refused by subject {subject:?}'s compatibility level, {refusal}")]
     Incompatible { what: String, subject: String, refusal: Refusal },
+    #[error("{what} cannot read data written with subject {subject:?}'s schemas: {refusal}")]
+    Unreadable { what: String, subject: String, refusal: Refusal },
     #[error(
         "{what} is not registered under subject {subject:?}, and auto_register is false: register it, or set \
          auto_register = true"
@@ -25,6 +27,17 @@ pub enum CheckError {
     NotRegistered { what: String, subject: String },
     #[error("schema registry {registry}: subject {subject:?}'s compatibility level: {message}")]
     Level { registry: String, subject: String, message: String },
+}
+
+impl CheckError {
+    /// Whether what the pipeline names is refused (a schema, a file, a setting), rather than the
+    /// registry failing to answer.
+    pub fn is_config(&self) -> bool {
+        match self {
+            CheckError::Registry(e) => e.is_setup(),
+            _ => true,
+        }
+    }
 }
 
 /// Every version of `subject`, oldest first, parsed as Avro.
@@ -93,7 +106,7 @@ pub fn reader(registry: &Registry, subject: &str, version: u32, what: &str) -> R
     let (_, r) = registry.by_version(subject, Some(version))?;
     let reader = parsed(&r, subject, version, what)?;
     let writers = versions(registry, subject, what)?;
-    avro::check_reader(&reader, &writers).map_err(|refusal| CheckError::Incompatible {
+    avro::check_reader(&reader, &writers).map_err(|refusal| CheckError::Unreadable {
         what: what.to_string(),
         subject: subject.to_string(),
         refusal,

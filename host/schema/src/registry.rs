@@ -83,6 +83,14 @@ pub enum RegistryError {
     Setup { registry: String, message: String },
 }
 
+impl RegistryError {
+    /// Whether the error is in what the pipeline names (a credentials or TLS file that cannot
+    /// be read, a request the registry refuses), not the registry's being away.
+    pub fn is_setup(&self) -> bool {
+        matches!(self, RegistryError::Setup { .. } | RegistryError::Refused { .. })
+    }
+}
+
 /// One registry, as the process reaches it.
 pub struct Registry {
     config: RegistryConfig,
@@ -90,6 +98,8 @@ pub struct Registry {
     auth: Option<String>,
     ids: Mutex<HashMap<u32, Arc<Schema>>>,
     missing: Mutex<HashSet<u32>>,
+    /// (subject, version) to schema id: a subject's version never changes.
+    versions: Mutex<HashMap<(String, u32), u32>>,
     /// Held while an id is fetched: parsers side by side that miss the same id wait for one
     /// fetch rather than make one each.
     fetching: Mutex<()>,
@@ -166,6 +176,7 @@ impl Registry {
             auth,
             ids: Mutex::default(),
             missing: Mutex::default(),
+            versions: Mutex::default(),
             fetching: Mutex::default(),
             fetches: AtomicU64::new(0),
         })
@@ -219,12 +230,19 @@ impl Registry {
 
     /// Version `version` of `subject` (`None`: the latest), with its version number.
     pub fn by_version(&self, subject: &str, version: Option<u32>) -> Result<(u32, Arc<Schema>), RegistryError> {
+        if let Some(v) = version {
+            let known = self.versions.lock().unwrap_or_else(|p| p.into_inner()).get(&(subject.to_string(), v)).copied();
+            if let Some(Some(s)) = known.and_then(|id| self.cached(id)) {
+                return Ok((v, s));
+            }
+        }
         let v = version.map_or("latest".to_string(), |v| v.to_string());
         let what = format!("subject {subject:?} version {v}");
         let body: SchemaBody = self.get_json(&format!("/subjects/{}/versions/{v}", escape(subject)), &what)?;
         let invalid = |m: &str| self.invalid(&what, m.to_string());
         let id = body.id.ok_or_else(|| invalid("the answer has no id"))?;
         let version = body.version.or(version).ok_or_else(|| invalid("the answer has no version"))?;
+        self.versions.lock().unwrap_or_else(|p| p.into_inner()).insert((subject.to_string(), version), id);
         if let Some(Some(s)) = self.cached(id) {
             return Ok((version, s));
         }
@@ -389,12 +407,17 @@ impl Registry {
         };
         let mut response = sent.map_err(|e| Attempt::Passing(e.to_string()))?;
         let status = response.status().as_u16();
-        let text = response
-            .body_mut()
-            .with_config()
-            .limit(MAX_SCHEMA_BYTES as u64 * 2)
-            .read_to_string()
-            .map_err(|e| Attempt::Passing(format!("reading its answer: {e}")))?;
+        let text =
+            response.body_mut().with_config().limit(MAX_SCHEMA_BYTES as u64 * 2).read_to_string().map_err(|e| {
+                match e {
+                    // Larger than any schema Weir takes: asking again gets the same answer.
+                    ureq::Error::BodyExceedsLimit(_) => Attempt::Final(self.invalid(
+                        what,
+                        format!("an answer over {} bytes, larger than a schema may be", MAX_SCHEMA_BYTES * 2),
+                    )),
+                    e => Attempt::Passing(format!("reading its answer: {e}")),
+                }
+            })?;
         match status {
             200..=299 => Ok(text),
             404 => Err(Attempt::Final(self.not_found(what.to_string()))),

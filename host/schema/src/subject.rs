@@ -16,6 +16,15 @@ pub enum SubjectStrategy {
 }
 
 impl SubjectStrategy {
+    /// As a pipeline file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Topic => "topic",
+            Self::Record => "record",
+            Self::TopicRecord => "topic-record",
+        }
+    }
+
     /// The subject of `topic`'s values (`key`: its keys) whose record is named `record` (the
     /// schema's full name; `None` for a schema that is no named type).
     pub fn subject(self, topic: &str, key: bool, record: Option<&str>) -> Result<String, String> {
@@ -25,8 +34,9 @@ impl SubjectStrategy {
             (Self::Record, Some(r)) => Ok(r.to_string()),
             (Self::TopicRecord, Some(r)) => Ok(format!("{topic}-{r}")),
             (_, None) => Err(format!(
-                "subject_strategy {self:?} names the subject after the record, but the schema is no record: use \
-                 \"topic\""
+                "subject_strategy \"{}\" names the subject after the record, but the schema is no record: use \
+                 \"topic\"",
+                self.name()
             )),
         }
     }

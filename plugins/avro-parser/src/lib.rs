@@ -31,7 +31,7 @@ use apache_avro::types::Value;
 use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
-use weir_schema::avro::{Names, decode, write_json};
+use weir_schema::avro::{Found, Names, Number, decode, decode_json, write_json};
 
 /// The most `key_fields`.
 const MAX_KEY_FIELDS: usize = 4;
@@ -75,6 +75,8 @@ struct AvroParser {
     unit: Unit,
     time_path: Vec<String>,
     key_paths: Vec<Vec<String>>,
+    /// The time path, then the key paths: what the direct decoder notes.
+    wanted: Vec<Vec<String>>,
     time_field: String,
     reader: Option<Reader>,
     /// By schema id. A mutex only because a parser must be `Sync`: an instance runs one call
@@ -108,6 +110,13 @@ impl Parser for AvroParser {
         if let Some(dup) = s.key_fields.iter().find(|k| **k == s.time_field) {
             return Err(PluginError::InvalidConfig(format!("key_fields: {dup:?} is the time_field")));
         }
+        if !registry::granted() {
+            return Err(PluginError::InvalidConfig(
+                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
+                 pipeline a [registry]"
+                    .into(),
+            ));
+        }
         let reader = match (s.reader_subject, s.reader_version) {
             (None, None) => None,
             (Some(subject), Some(version)) => {
@@ -132,10 +141,13 @@ impl Parser for AvroParser {
                 ));
             }
         };
+        let time_path = path(&s.time_field);
+        let key_paths: Vec<Vec<String>> = s.key_fields.iter().map(|k| path(k)).collect();
         Ok(AvroParser {
             unit: s.time_unit,
-            time_path: path(&s.time_field),
-            key_paths: s.key_fields.iter().map(|k| path(k)).collect(),
+            wanted: std::iter::once(time_path.clone()).chain(key_paths.iter().cloned()).collect(),
+            time_path,
+            key_paths,
             time_field: s.time_field,
             reader,
             decoders: Mutex::default(),
@@ -151,6 +163,9 @@ impl Parser for AvroParser {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(self.decoder(id)?),
         };
         let w = decoder.as_ref().map_err(|why| RecordError::malformed(format!("schema id {id}: {why}")))?;
+        if self.reader.is_none() {
+            return self.parse_direct(id, w, payload, out);
+        }
         let value = decode(&w.schema, &w.names, &mut payload)
             .map_err(|e| RecordError::malformed(format!("schema id {id}: the bytes do not decode: {e}")))?;
         if !payload.is_empty() {
@@ -191,6 +206,70 @@ impl Parser for AvroParser {
 }
 
 impl AvroParser {
+    /// A record read with its writer's schema: decoded straight to its row
+    /// (`weir_schema::avro::decode_json`), event time and key taken from where it noted them.
+    fn parse_direct(&self, id: u32, w: &Writer, mut payload: &[u8], out: &mut Emitter) -> Result<(), RecordError> {
+        let mut row = self.row.lock().unwrap_or_else(|p| p.into_inner());
+        row.clear();
+        let mut found = [None; 1 + MAX_KEY_FIELDS];
+        let found = &mut found[..self.wanted.len()];
+        decode_json(&w.schema, &w.names, &mut payload, &mut row, &self.wanted, found)
+            .map_err(|e| RecordError::malformed(format!("schema id {id}: the bytes do not decode: {e}")))?;
+        if !payload.is_empty() {
+            return Err(RecordError::malformed(format!(
+                "schema id {id}: {} bytes left over after the record",
+                payload.len()
+            )));
+        }
+        let text = |f: &Found| &row[f.start..f.end];
+        let time = match found[0].filter(|f| text(f) != b"null") {
+            None => return Err(RecordError::missing_field(&self.time_field)),
+            Some(f) => self.direct_time(f, text(&f))?,
+        };
+        if self.key_paths.is_empty() {
+            return out.emit_json(time, None, &row);
+        }
+        let mut key = Vec::new();
+        for (i, f) in found[1..].iter().enumerate() {
+            if i > 0 {
+                key.push(b'|');
+            }
+            match f {
+                Some(f) if text(f).first() == Some(&b'"') => {
+                    let s: String = serde_json::from_slice(text(f))
+                        .map_err(|e| RecordError::invalid_value(format!("key field: {e}")))?;
+                    key.extend_from_slice(s.as_bytes());
+                }
+                Some(f) => key.extend_from_slice(text(f)),
+                None => key.extend_from_slice(b"null"),
+            }
+        }
+        out.emit_json(time, Some(&key), &row)
+    }
+
+    /// Epoch milliseconds of a time field the direct decoder found (`text`: its JSON).
+    fn direct_time(&self, f: Found, text: &[u8]) -> Result<i64, RecordError> {
+        let out_of_range = || RecordError::invalid_value(format!("time field `{}` is out of range", self.time_field));
+        match (f.number, self.unit) {
+            (Some(Number::Timestamp(n, per_ms)), _) => Ok(n.div_euclid(per_ms)),
+            (Some(Number::Int(n)), Unit::Ms) => Ok(n),
+            (Some(Number::Int(n)), Unit::S) => n.checked_mul(1_000).ok_or_else(out_of_range),
+            (Some(Number::Float(s)), Unit::S) => seconds(s).ok_or_else(out_of_range),
+            (None, _) if text.first() == Some(&b'"') => {
+                let s: String = serde_json::from_slice(text).map_err(|e| RecordError::invalid_value(e.to_string()))?;
+                let t = time::OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
+                    .map_err(|e| RecordError::invalid_value(format!("time {s:?} is not RFC 3339: {e}")))?;
+                i64::try_from(t.unix_timestamp_nanos() / 1_000_000).map_err(|_| out_of_range())
+            }
+            _ => Err(RecordError::invalid_value(format!(
+                "time field `{}` is {}, not a time (a long of epoch {}, a timestamp, or RFC 3339 text)",
+                self.time_field,
+                String::from_utf8_lossy(text),
+                if self.unit == Unit::S { "seconds" } else { "milliseconds" }
+            ))),
+        }
+    }
+
     /// The decoder of schema id `id`; `Err` inside for an id that cannot be decoded (the
     /// record's dead letter), `Err` outside for a registry that cannot be reached.
     fn decoder(&self, id: u32) -> Result<Ready, RecordError> {

@@ -115,3 +115,10 @@ fn a_missing_or_wrong_time_field_is_the_record_s_error() {
     let (_, errors) = run_parser::<AvroParser>(r#"{"time_field":"order_id"}"#, &[&framed(1, V1, ROW)]).unwrap();
     assert!(errors[0].message.contains("not RFC 3339"), "{errors:?}");
 }
+
+#[test]
+fn without_the_grant_the_parser_refuses_to_start() {
+    // No `serve_schemas` on this thread: as a stage without `grants.registry`.
+    let e = std::thread::spawn(|| run_parser::<AvroParser>(r#"{"time_field":"t"}"#, &[]).unwrap_err()).join().unwrap();
+    assert!(matches!(&e, PluginError::InvalidConfig(m) if m.contains("grants.registry = true")), "{e:?}");
+}

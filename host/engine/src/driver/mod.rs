@@ -182,7 +182,7 @@ struct Run {
 pub fn run(pipeline: &Pipeline, stages: Stages, mut opts: RunOptions) -> Result<Summary, RunError> {
     let started = Instant::now();
     let _running = stages.runtime.as_ref().filter(|_| opts.own_share).map(|r| r.enter_pipeline());
-    crate::schemas::check_readers(pipeline).map_err(Box::new)?;
+    crate::schemas::check_readers(pipeline, None).map_err(Box::new)?;
     let (mut run, mut ingest, recovered) = recovery::start(pipeline, stages, &mut opts)?;
     let mut progress = opts.progress;
     progress.identify(&run.identity, &opts.checkpoint);

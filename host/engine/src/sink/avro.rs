@@ -49,7 +49,10 @@ pub enum AvroSinkError {
 impl AvroSinkError {
     /// Whether the sink as written is refused, rather than the registry failing to answer.
     pub fn is_config(&self) -> bool {
-        !matches!(self, AvroSinkError::Check(CheckError::Registry(_)))
+        match self {
+            AvroSinkError::Check(e) => e.is_config(),
+            _ => true,
+        }
     }
 }
 
@@ -70,8 +73,10 @@ fn subject_of(avro: &AvroOut, topic: &str, key: bool) -> Result<Option<(String, 
 
 /// Checks the sink's schemas against their subjects without registering anything: what
 /// `weir validate` and a deploy run.
-pub fn check(avro: &AvroOut, topic: &str) -> Result<(), AvroSinkError> {
-    let registry = Registry::shared(&avro.registry).map_err(CheckError::from)?;
+pub fn check(avro: &AvroOut, topic: &str, patience: std::time::Duration) -> Result<(), AvroSinkError> {
+    let config =
+        weir_schema::RegistryConfig { retry_for: avro.registry.retry_for.min(patience), ..avro.registry.clone() };
+    let registry = Registry::shared(&config).map_err(CheckError::from)?;
     for key in [false, true] {
         if let Some((text, subject, name)) = subject_of(avro, topic, key)? {
             checks::writer_id(&registry, &subject, &text, &format!("sink.{name}"), false, avro.auto_register)?;
@@ -122,6 +127,11 @@ impl AvroSink {
             out.extend_from_slice(key);
             return Ok(());
         };
+        if key.is_empty() {
+            return Err("the row has no key, and sink.key_schema wants one: key the rows (a window, a \
+                        [process], key_fields, or sink.key)"
+                .into());
+        }
         wire::frame(w.id, out);
         let json;
         let text = if matches!(w.encoder.schema(), apache_avro::Schema::String) {

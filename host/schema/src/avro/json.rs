@@ -199,14 +199,11 @@ fn write_plain(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
-fn float(f: f64, out: &mut Vec<u8>) {
-    use std::io::Write;
+pub(super) fn float(f: f64, out: &mut Vec<u8>) {
     if f.is_finite() {
-        let _ = write!(out, "{f}");
-        if f.fract() == 0.0 && f.abs() < 1e16 {
-            // `12` would read back as an integer; a double stays a number with a point.
-            out.extend_from_slice(b".0");
-        }
+        // Shortest text that reads back as the same double, with a point or an exponent
+        // (`12.0`, `1e16`), so it reads back as a number that is no integer.
+        out.extend_from_slice(ryu::Buffer::new().format_finite(f).as_bytes());
     } else {
         out.extend_from_slice(b"null");
     }
@@ -222,7 +219,7 @@ fn base64(b: &[u8]) -> String {
 }
 
 /// Big-endian two's complement `unscaled` at `scale` digits after the point, as decimal text.
-fn decimal_text(unscaled: &[u8], scale: usize) -> String {
+pub(super) fn decimal_text(unscaled: &[u8], scale: usize) -> String {
     // Up to 16 bytes fit an i128 exactly; longer ones (precision over 38) are rare enough to
     // be written digit by digit through a bigint-free long division.
     let negative = unscaled.first().is_some_and(|b| b & 0x80 != 0);

@@ -6,11 +6,13 @@
 
 mod compat;
 mod decode;
+mod direct;
 mod encode;
 mod json;
 
 pub use compat::{Level, Refusal, check, check_reader};
 pub use decode::{DecodeError, decode};
+pub use direct::{Found, Number, decode_json};
 pub use encode::{Encoder, Misfit};
 pub use json::{Names, write_json};
 

@@ -332,6 +332,12 @@ fn schemas_fit(pipeline: &crate::pipeline::Pipeline) -> Result<(), ApiError> {
                 format!("{}.config.reader_version", key.split(" (").next().unwrap_or(key))
             }
         };
-        ApiError::bad(field, e.to_string())
+        if e.is_config() {
+            ApiError::bad(field, e.to_string())
+        } else {
+            // The registry did not answer: nothing is wrong with the file; try again later.
+            ApiError::new(axum::http::StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                .fix("deploy again once the schema registry answers")
+        }
     })
 }

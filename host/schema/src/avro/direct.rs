@@ -1,0 +1,447 @@
+//! Avro binary straight to a JSON row, with no value tree between: the standard library's Avro
+//! parser uses it for records read with their writer's schema (no reader schema to resolve to),
+//! where building apache-avro's `Value` (a `String` per field name, per record) cost more than
+//! the decoding itself. The JSON is exactly what `json.rs` writes for the same record, and the
+//! bytes are read as strictly as `decode.rs` reads them (a test holds both to it).
+//!
+//! While it writes, it notes where the fields named by the caller's paths (the event time, the
+//! key fields) are in the row, and their numbers, so the parser need not look them up again.
+
+use std::io::Write;
+
+use apache_avro::Schema;
+use apache_avro::schema::{InnerDecimalSchema, UuidSchema};
+
+use super::Names;
+use super::decode::DecodeError;
+
+/// Where a wanted field's value is in the row, and what it is.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Found {
+    pub start: usize,
+    pub end: usize,
+    /// The value, when it is a number (an `int`, `long`, a time or timestamp, a `float` or
+    /// `double`).
+    pub number: Option<Number>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Number {
+    /// An `int` or a `long`: epoch milliseconds or seconds, as the parser's `time_unit` says.
+    Int(i64),
+    /// A timestamp (`timestamp-*`, `local-timestamp-*`), whatever `time_unit` says: (value,
+    /// its units per millisecond: 1, 1,000 or 1,000,000).
+    Timestamp(i64, i64),
+    Float(f64),
+    /// A number that is no instant: a `date`, a `time-millis`, a `time-micros`.
+    NotATime(i64),
+}
+
+/// How deep values may nest.
+const MAX_DEPTH: usize = 64;
+/// The most array and map items in one record (`decode.rs`'s bound).
+const MAX_ITEMS: usize = 1 << 20;
+
+/// Decodes one value of `schema` from the front of `bytes` as JSON onto `out`; fills `found[i]`
+/// for the field at `paths[i]` (a path of record field names from the top).
+pub fn decode_json<'s>(
+    schema: &'s Schema,
+    names: &'s Names,
+    bytes: &mut &[u8],
+    out: &mut Vec<u8>,
+    paths: &[Vec<String>],
+    found: &mut [Option<Found>],
+) -> Result<(), DecodeError> {
+    let start = out.len();
+    let mut w = Writer { names, paths, found, stack: Vec::new(), items: 0 };
+    let r = w.value(schema, bytes, out, 0);
+    if r.is_err() {
+        out.truncate(start);
+    }
+    r.map(drop)
+}
+
+struct Writer<'a, 's> {
+    names: &'s Names,
+    paths: &'a [Vec<String>],
+    found: &'a mut [Option<Found>],
+    stack: Vec<&'s str>,
+    items: usize,
+}
+
+fn err<T>(m: impl Into<String>) -> Result<T, DecodeError> {
+    Err(DecodeError(m.into()))
+}
+
+fn take<'b>(bytes: &mut &'b [u8], n: usize, what: &str) -> Result<&'b [u8], DecodeError> {
+    if bytes.len() < n {
+        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
+    }
+    let (head, rest) = bytes.split_at(n);
+    *bytes = rest;
+    Ok(head)
+}
+
+#[inline]
+fn long(bytes: &mut &[u8]) -> Result<i64, DecodeError> {
+    let mut z: u64 = 0;
+    for i in 0..10 {
+        let Some((&b, rest)) = bytes.split_first() else { return err("a number is cut short") };
+        *bytes = rest;
+        z |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(((z >> 1) as i64) ^ -((z & 1) as i64));
+        }
+    }
+    err("a number runs past 10 bytes")
+}
+
+fn int(bytes: &mut &[u8]) -> Result<i64, DecodeError> {
+    let n = long(bytes)?;
+    if i32::try_from(n).is_err() {
+        return err(format!("{n} does not fit an int"));
+    }
+    Ok(n)
+}
+
+fn length(bytes: &mut &[u8], what: &str) -> Result<usize, DecodeError> {
+    let n = long(bytes)?;
+    let n = usize::try_from(n).or_else(|_| err(format!("{what}: a negative length ({n})")))?;
+    if n > bytes.len() {
+        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
+    }
+    Ok(n)
+}
+
+fn string(s: &str, out: &mut Vec<u8>) {
+    let _ = serde_json::to_writer(&mut *out, s);
+}
+
+fn utf8<'b>(bytes: &mut &'b [u8], what: &str) -> Result<&'b str, DecodeError> {
+    let n = length(bytes, what)?;
+    std::str::from_utf8(take(bytes, n, what)?).or_else(|_| err(format!("{what} is not UTF-8")))
+}
+
+fn base64(b: &[u8], out: &mut Vec<u8>) {
+    use base64::Engine;
+    out.push(b'"');
+    let start = out.len();
+    out.resize(start + b.len().div_ceil(3) * 4, 0);
+    let n = base64::engine::general_purpose::STANDARD.encode_slice(b, &mut out[start..]).unwrap_or(0);
+    out.truncate(start + n);
+    out.push(b'"');
+}
+
+impl<'s> Writer<'_, 's> {
+    /// Notes where the value just written lies, if the current path is wanted.
+    fn note(&mut self, start: usize, end: usize, number: Option<Number>) {
+        for (i, p) in self.paths.iter().enumerate() {
+            if p.len() == self.stack.len() && p.iter().zip(&self.stack).all(|(a, b)| a == b) {
+                self.found[i] = Some(Found { start, end, number });
+            }
+        }
+    }
+
+    fn value(
+        &mut self,
+        s: &'s Schema,
+        bytes: &mut &[u8],
+        out: &mut Vec<u8>,
+        depth: usize,
+    ) -> Result<Option<Number>, DecodeError> {
+        if depth > MAX_DEPTH {
+            return err(format!("nested deeper than {MAX_DEPTH}"));
+        }
+        let number = match s {
+            Schema::Null => {
+                out.extend_from_slice(b"null");
+                None
+            }
+            Schema::Boolean => {
+                match take(bytes, 1, "a boolean")?[0] {
+                    0 => out.extend_from_slice(b"false"),
+                    1 => out.extend_from_slice(b"true"),
+                    b => return err(format!("a boolean is 0 or 1, not {b}")),
+                }
+                None
+            }
+            Schema::Int | Schema::Date | Schema::TimeMillis => {
+                let n = int(bytes)?;
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                Some(if matches!(s, Schema::Int) { Number::Int(n) } else { Number::NotATime(n) })
+            }
+            Schema::Long
+            | Schema::TimeMicros
+            | Schema::TimestampMillis
+            | Schema::LocalTimestampMillis
+            | Schema::TimestampMicros
+            | Schema::LocalTimestampMicros
+            | Schema::TimestampNanos
+            | Schema::LocalTimestampNanos => {
+                let n = long(bytes)?;
+                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+                Some(match s {
+                    Schema::Long => Number::Int(n),
+                    Schema::TimeMicros => Number::NotATime(n),
+                    Schema::TimestampMillis | Schema::LocalTimestampMillis => Number::Timestamp(n, 1),
+                    Schema::TimestampMicros | Schema::LocalTimestampMicros => Number::Timestamp(n, 1_000),
+                    _ => Number::Timestamp(n, 1_000_000),
+                })
+            }
+            Schema::Float | Schema::Double => {
+                let f = if matches!(s, Schema::Float) {
+                    f64::from(f32::from_le_bytes(take(bytes, 4, "a float")?.try_into().unwrap_or([0; 4])))
+                } else {
+                    f64::from_le_bytes(take(bytes, 8, "a double")?.try_into().unwrap_or([0; 8]))
+                };
+                super::json::float(f, out);
+                Some(Number::Float(f))
+            }
+            Schema::String | Schema::Uuid(UuidSchema::String) => {
+                string(utf8(bytes, "a string")?, out);
+                None
+            }
+            Schema::Bytes | Schema::BigDecimal => {
+                let n = length(bytes, "bytes")?;
+                base64(take(bytes, n, "bytes")?, out);
+                None
+            }
+            Schema::Uuid(UuidSchema::Bytes) => {
+                let n = length(bytes, "a uuid")?;
+                uuid(take(bytes, n, "a uuid")?, out)?;
+                None
+            }
+            Schema::Uuid(UuidSchema::Fixed(f)) => {
+                uuid(take(bytes, f.size, "a uuid")?, out)?;
+                None
+            }
+            Schema::Fixed(f) => {
+                base64(take(bytes, f.size, "fixed")?, out);
+                None
+            }
+            Schema::Duration(_) => {
+                let b = take(bytes, 12, "a duration")?;
+                let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+                let _ = write!(out, r#"{{"months":{},"days":{},"millis":{}}}"#, part(0), part(4), part(8));
+                None
+            }
+            Schema::Decimal(d) => {
+                let b = match &d.inner {
+                    InnerDecimalSchema::Bytes => {
+                        let n = length(bytes, "a decimal")?;
+                        take(bytes, n, "a decimal")?
+                    }
+                    InnerDecimalSchema::Fixed(f) => take(bytes, f.size, "a decimal")?,
+                };
+                string(&super::json::decimal_text(b, d.scale), out);
+                None
+            }
+            Schema::Enum(e) => {
+                let i = int(bytes)?;
+                let symbol = usize::try_from(i).ok().and_then(|i| e.symbols.get(i));
+                string(symbol.ok_or_else(|| DecodeError(format!("enum {}: no symbol {i}", e.name)))?, out);
+                None
+            }
+            Schema::Union(u) => {
+                let i = long(bytes)?;
+                let branch = usize::try_from(i).ok().and_then(|i| u.variants().get(i));
+                let branch = branch.ok_or_else(|| DecodeError(format!("union index {i} of {}", u.variants().len())))?;
+                self.value(branch, bytes, out, depth + 1)?
+            }
+            Schema::Array(a) => {
+                out.push(b'[');
+                let mut first = true;
+                self.blocks(bytes, |w, bytes| {
+                    if !std::mem::take(&mut first) {
+                        out.push(b',');
+                    }
+                    w.value(&a.items, bytes, out, depth + 1).map(drop)
+                })?;
+                out.push(b']');
+                None
+            }
+            Schema::Map(m) => {
+                // Keys sorted, as `json.rs` writes a map: entries first, then the object.
+                let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+                self.blocks(bytes, |w, bytes| {
+                    let k = utf8(bytes, "a map key")?.to_string();
+                    let mut v = Vec::new();
+                    w.value(&m.types, bytes, &mut v, depth + 1)?;
+                    entries.push((k, v));
+                    Ok(())
+                })?;
+                entries.sort_by(|a, b| a.0.cmp(&b.0));
+                // A key written twice keeps its last value, as a map read into a `Value` does.
+                entries.dedup_by(|later, kept| {
+                    let same = later.0 == kept.0;
+                    if same {
+                        std::mem::swap(later, kept);
+                    }
+                    same
+                });
+                out.push(b'{');
+                for (i, (k, v)) in entries.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    string(k, out);
+                    out.push(b':');
+                    out.extend_from_slice(v);
+                }
+                out.push(b'}');
+                None
+            }
+            Schema::Record(r) => {
+                out.push(b'{');
+                for (i, f) in r.fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    string(&f.name, out);
+                    out.push(b':');
+                    self.stack.push(&f.name);
+                    let at = out.len();
+                    let n = self
+                        .value(&f.schema, bytes, out, depth + 1)
+                        .map_err(|e| DecodeError(format!("field `{}`: {e}", f.name)))?;
+                    self.note(at, out.len(), n);
+                    self.stack.pop();
+                }
+                out.push(b'}');
+                None
+            }
+            Schema::Ref { name } => {
+                let names: &'s Names = self.names;
+                let s = names.get(name).ok_or_else(|| DecodeError(format!("the schema names {name}, undefined")))?;
+                return self.value(s, bytes, out, depth + 1);
+            }
+        };
+        Ok(number)
+    }
+
+    fn blocks(
+        &mut self,
+        bytes: &mut &[u8],
+        mut item: impl FnMut(&mut Self, &mut &[u8]) -> Result<(), DecodeError>,
+    ) -> Result<(), DecodeError> {
+        loop {
+            let mut count = long(bytes)?;
+            if count == 0 {
+                return Ok(());
+            }
+            if count < 0 {
+                count = count.checked_neg().ok_or_else(|| DecodeError("a block count out of range".into()))?;
+                length(bytes, "a block")?;
+            }
+            let count = usize::try_from(count).unwrap_or(usize::MAX);
+            self.items = self.items.saturating_add(count);
+            if self.items > MAX_ITEMS {
+                return err(format!("more than {MAX_ITEMS} array or map items"));
+            }
+            for _ in 0..count {
+                item(self, bytes)?;
+            }
+        }
+    }
+}
+
+fn uuid(b: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
+    let b: [u8; 16] = b.try_into().or_else(|_| err(format!("a uuid is 16 bytes, not {}", b.len())))?;
+    string(&apache_avro::Uuid::from_bytes(b).to_string(), out);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SCHEMA: &str = r#"{"type":"record","name":"R","fields":[
+        {"name":"id","type":"string"},{"name":"n","type":["null","long"]},{"name":"ok","type":"boolean"},
+        {"name":"at","type":{"type":"long","logicalType":"timestamp-micros"}},
+        {"name":"inner","type":{"type":"record","name":"I","fields":[{"name":"x","type":"double"}]}},
+        {"name":"again","type":["null","I"]},
+        {"name":"tags","type":{"type":"array","items":"string"}},
+        {"name":"m","type":{"type":"map","values":"int"}},
+        {"name":"e","type":{"type":"enum","name":"E","symbols":["A","B"]}},
+        {"name":"price","type":{"type":"bytes","logicalType":"decimal","precision":9,"scale":2}},
+        {"name":"raw","type":"bytes"}]}"#;
+
+    fn encode(row: &serde_json::Value) -> Option<Vec<u8>> {
+        let s = crate::avro::parse(SCHEMA, &[]).unwrap();
+        let mut out = Vec::new();
+        crate::avro::Encoder::new(s, vec![]).encode(row.to_string().as_bytes(), &mut out).ok().map(|()| out)
+    }
+
+    fn both(bytes: &[u8]) -> (Result<Vec<u8>, DecodeError>, Result<Vec<u8>, DecodeError>) {
+        let s = crate::avro::parse(SCHEMA, &[]).unwrap();
+        let names = Names::of([&s]);
+        let mut direct = Vec::new();
+        let paths = vec![vec!["at".to_string()], vec!["inner".to_string(), "x".to_string()]];
+        let mut found = [None, None];
+        let mut input = bytes;
+        let d = decode_json(&s, &names, &mut input, &mut direct, &paths, &mut found)
+            .and_then(|()| if input.is_empty() { Ok(direct) } else { Err(DecodeError("left over".into())) });
+        let mut input = bytes;
+        let v = crate::avro::decode(&s, &names, &mut input).and_then(|v| {
+            if !input.is_empty() {
+                return Err(DecodeError("left over".into()));
+            }
+            let mut out = Vec::new();
+            crate::avro::write_json(&s, &names, &v, &mut out);
+            Ok(out)
+        });
+        (d, v)
+    }
+
+    #[test]
+    fn the_row_is_the_one_the_value_tree_gives_and_wanted_fields_are_found() {
+        let row = serde_json::json!({"id":"a\"b","n":5,"ok":true,"at":1700000000123456_i64,"inner":{"x":1.5},
+            "again":{"x":2.0},"tags":["t"],"m":{"b":2,"a":1},"e":"B","price":"-1.25","raw":"AAE="});
+        let bytes = encode(&row).unwrap();
+        let (d, v) = both(&bytes);
+        assert_eq!(d.as_ref().unwrap(), v.as_ref().unwrap(), "{}", String::from_utf8_lossy(d.as_ref().unwrap()));
+        let s = crate::avro::parse(SCHEMA, &[]).unwrap();
+        let names = Names::of([&s]);
+        let (mut out, mut found) = (Vec::new(), [None, None]);
+        let paths = vec![vec!["at".to_string()], vec!["inner".to_string(), "x".to_string()]];
+        decode_json(&s, &names, &mut &bytes[..], &mut out, &paths, &mut found).unwrap();
+        assert_eq!(found[0].unwrap().number, Some(Number::Timestamp(1_700_000_000_123_456, 1_000)));
+        assert_eq!(found[1].unwrap().number, Some(Number::Float(1.5)));
+        let f = found[1].unwrap();
+        assert_eq!(&out[f.start..f.end], b"1.5");
+        for cut in 0..bytes.len() {
+            assert!(both(&bytes[..cut]).0.is_err(), "cut at {cut}");
+        }
+    }
+
+    fn json() -> impl Strategy<Value = serde_json::Value> {
+        (any::<String>(), proptest::option::of(any::<i64>()), any::<bool>(), any::<i64>(), any::<f64>(),
+         proptest::collection::vec("[a-z]{0,4}", 0..3), proptest::collection::btree_map("[a-c]{1,2}", any::<i32>(), 0..4),
+         any::<bool>(), -99_999_999i64..99_999_999, proptest::collection::vec(any::<u8>(), 0..5))
+            .prop_map(|(id, n, ok, at, x, tags, m, e, cents, raw)| {
+                use base64::Engine;
+                serde_json::json!({"id": id, "n": n, "ok": ok, "at": at, "inner": {"x": if x.is_finite() { x } else { 0.0 }},
+                    "again": null, "tags": tags, "m": m, "e": if e { "A" } else { "B" },
+                    "price": format!("{}.{:02}", cents / 100, (cents % 100).abs()),
+                    "raw": base64::engine::general_purpose::STANDARD.encode(raw)})
+            })
+    }
+
+    proptest! {
+        /// Whatever a record holds, both readers give the same row; any bytes at all are read
+        /// the same way by both, or refused by both.
+        #[test]
+        fn direct_and_tree_agree(row in json(), noise in proptest::collection::vec(any::<u8>(), 0..64)) {
+            if let Some(bytes) = encode(&row) {
+                let (d, v) = both(&bytes);
+                prop_assert_eq!(d.unwrap(), v.unwrap());
+            }
+            let (d, v) = both(&noise);
+            prop_assert_eq!(d.is_ok(), v.is_ok());
+            if let (Ok(d), Ok(v)) = (d, v) {
+                prop_assert_eq!(d, v);
+            }
+        }
+    }
+}
