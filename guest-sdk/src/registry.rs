@@ -16,6 +16,17 @@ pub enum SchemaType {
     Json,
 }
 
+impl SchemaType {
+    /// As people name it: `Avro`, `Protobuf`, `JSON Schema`.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaType::Avro => "Avro",
+            SchemaType::Protobuf => "Protobuf",
+            SchemaType::Json => "JSON Schema",
+        }
+    }
+}
+
 /// A schema, with everything it references (each as its name and text, a schema after those
 /// it references).
 #[derive(Debug, Clone, PartialEq, Eq)]

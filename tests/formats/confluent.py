@@ -21,13 +21,21 @@ Subcommands (each exits nonzero, saying why, on any failure):
       base64 string; a union takes the plain value (not Avro's `{"type": value}` wrapping), the
       first branch it fits; a missing field takes its default.
 
+  produce-json --brokers B --registry URL --topic T --schema FILE.json --input ROWS.jsonl
+  produce-protobuf --brokers B --registry URL --topic T --input ROWS.jsonl
+      As produce-avro, with `JSONSerializer` (the JSON Schema in FILE.json) or
+      `ProtobufSerializer` (the `shop.Order` message of tests/formats/order.proto, built at run
+      time; it registers the schema as a serialized descriptor).
+
   produce-raw --brokers B --topic T --input FILE
       Each line of FILE is a hex string, produced as one record's value byte for byte (an empty
       line: an empty value), with no key: for corrupt-bytes and wrong-magic tests.
 
-  decode-avro --registry URL --topic T --input FILE
+  decode-avro|decode-json|decode-protobuf --registry URL --topic T --input FILE
       Each line of FILE is one record's value as hex (read from T by the caller, who knows where
-      the topic ends), decoded with `AvroDeserializer` and printed as `consume-avro` prints it.
+      the topic ends), decoded with `AvroDeserializer`, `JSONDeserializer` or
+      `ProtobufDeserializer` (as `shop.Order`; fields by their `.proto` names, 64-bit integers
+      as Protobuf's JSON mapping writes them: text) and printed as `consume-avro` prints it.
 
   consume-avro --brokers B --registry URL --topic T --count N [--timeout S]
       Reads N records from the beginning of every partition of T (read_committed: no aborted or
@@ -247,6 +255,71 @@ def produce_avro(args):
     print(count)
 
 
+def order_message_class():
+    """The `shop.Order` message of `tests/formats/order.proto`, built at run time (the client has
+    no `.proto` compiler): int64 order_id = 1, int64 user_id = 2, string status = 3,
+    double amount = 4, int64 order_ts = 5, after a first message `shop.Other`."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fdp = descriptor_pb2.FileDescriptorProto(name="shop/order.proto", package="shop", syntax="proto3")
+    other = fdp.message_type.add(name="Other")
+    other.field.add(name="note", number=1, type=descriptor_pb2.FieldDescriptorProto.TYPE_STRING, label=1)
+    order = fdp.message_type.add(name="Order")
+    t = descriptor_pb2.FieldDescriptorProto
+    for name, number, kind in [("order_id", 1, t.TYPE_INT64), ("user_id", 2, t.TYPE_INT64),
+                               ("status", 3, t.TYPE_STRING), ("amount", 4, t.TYPE_DOUBLE),
+                               ("order_ts", 5, t.TYPE_INT64)]:
+        order.field.add(name=name, number=number, type=kind, label=1)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
+
+
+def produce_rows(args, encode):
+    """Produces each JSON line of `args.input`, encoded by `encode(row, ctx)`."""
+    producer = Producer({"bootstrap.servers": args.brokers, "enable.idempotence": True})
+    ctx = SerializationContext(args.topic, MessageField.VALUE)
+    errors = []
+
+    def delivered(err, _msg):
+        if err is not None:
+            errors.append(err)
+
+    count = 0
+    with open(args.input, encoding="utf-8") as rows:
+        for n, line in enumerate(rows, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                value = encode(row, ctx)
+            except Exception as e:  # noqa: BLE001 - any bad row stops the run, saying which
+                fail(f"{args.input}:{n}: {type(e).__name__}: {e}")
+            key = str(row["user_id"]).encode() if "user_id" in row else None
+            produce(producer, args.topic, key, value, delivered)
+            count += 1
+    flush(producer, errors)
+    print(count)
+
+
+def produce_json(args):
+    from confluent_kafka.schema_registry.json_schema import JSONSerializer
+
+    registry = SchemaRegistryClient({"url": args.registry})
+    schema_text = open(args.schema, encoding="utf-8").read()
+    serializer = JSONSerializer(schema_text, registry, conf={"auto.register.schemas": True})
+    produce_rows(args, serializer)
+
+
+def produce_protobuf(args):
+    from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
+
+    registry = SchemaRegistryClient({"url": args.registry})
+    order = order_message_class()
+    serializer = ProtobufSerializer(order, registry, {"use.deprecated.format": False, "auto.register.schemas": True})
+    produce_rows(args, lambda row, ctx: serializer(order(**row), ctx))
+
+
 def produce_raw(args):
     producer = Producer({"bootstrap.servers": args.brokers, "enable.idempotence": True})
     errors = []
@@ -353,7 +426,21 @@ def consume_avro(args):
 
 def decode_avro(args):
     registry = SchemaRegistryClient({"url": args.registry})
-    deserializer = AvroDeserializer(registry)
+    if args.command == "decode-json":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer
+
+        deserializer = JSONDeserializer(None, schema_registry_client=registry)
+    elif args.command == "decode-protobuf":
+        from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer
+        from google.protobuf.json_format import MessageToDict
+
+        proto = ProtobufDeserializer(order_message_class(), {"use.deprecated.format": False})
+
+        def deserializer(value, ctx):
+            return MessageToDict(proto(value, ctx), preserving_proto_field_name=True,
+                                 always_print_fields_with_no_presence=True)
+    else:
+        deserializer = AvroDeserializer(registry)
     ctx = SerializationContext(args.topic, MessageField.VALUE)
     with open(args.input, encoding="ascii") as f:
         for i, line in enumerate(f):
@@ -377,6 +464,16 @@ def main():
     p.add_argument("--subject-strategy", choices=sorted(STRATEGIES), default="topic")
     p.set_defaults(run=produce_avro)
 
+    for name, run in [("produce-json", produce_json), ("produce-protobuf", produce_protobuf)]:
+        p = sub.add_parser(name)
+        p.add_argument("--brokers", required=True)
+        p.add_argument("--registry", required=True)
+        p.add_argument("--topic", required=True)
+        p.add_argument("--input", required=True)
+        if name == "produce-json":
+            p.add_argument("--schema", required=True)
+        p.set_defaults(run=run)
+
     p = sub.add_parser("produce-raw")
     p.add_argument("--brokers", required=True)
     p.add_argument("--topic", required=True)
@@ -391,11 +488,12 @@ def main():
     p.add_argument("--timeout", type=float, default=60.0)
     p.set_defaults(run=consume_avro)
 
-    p = sub.add_parser("decode-avro")
-    p.add_argument("--registry", required=True)
-    p.add_argument("--topic", required=True)
-    p.add_argument("--input", required=True)
-    p.set_defaults(run=decode_avro)
+    for name in ["decode-avro", "decode-json", "decode-protobuf"]:
+        p = sub.add_parser(name)
+        p.add_argument("--registry", required=True)
+        p.add_argument("--topic", required=True)
+        p.add_argument("--input", required=True)
+        p.set_defaults(run=decode_avro)
 
     args = parser.parse_args()
     args.run(args)

@@ -31,6 +31,8 @@ const PLUGINS: &[&str] = &[
     "fraud-alerts",
     "json-parser",
     "avro-parser",
+    "json-schema-parser",
+    "protobuf-parser",
     "json-filter",
     "stats",
     "stdout-sink",
@@ -323,7 +325,18 @@ fn test(root: &Path, kafka: &Path, registry: &Path) -> Result<()> {
             .current_dir(root.join(dir))
             .env("PYTHONPATH", root.join("guest-sdk-python/src")))?;
     }
-    run(cargo().args(["test", "--release", "-p", "error-rate", "-p", "avro-parser"]))?;
+    run(cargo().args([
+        "test",
+        "--release",
+        "-p",
+        "error-rate",
+        "-p",
+        "avro-parser",
+        "-p",
+        "json-schema-parser",
+        "-p",
+        "protobuf-parser",
+    ]))?;
     workspace_tests(kafka, registry, &python)
 }
 

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use super::{bench, client, new};
 
@@ -69,6 +69,16 @@ pub(super) enum Command {
     Inspect(Inspect),
     /// Capture a Kafka topic's records into the recorded-events format, for `weir test`.
     Record(Record),
+    /// Types for a plugin from an Avro schema (`.avsc`): the rows the standard Avro parser
+    /// writes, as Rust structs (serde) or Python dataclasses, printed (or written to --out).
+    Schema {
+        #[arg(value_enum)]
+        lang: SchemaLang,
+        /// The schema file.
+        schema: PathBuf,
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// Create a plugin project that builds and passes `weir test` as it is: source with a unit
     /// test, a pipeline file, recorded events and the rows they give.
     New(New),
@@ -296,6 +306,24 @@ pub(super) struct Record {
     /// credentials (sasl.password, ssl.key.password, ...) go.
     #[arg(long, value_name = "FILE")]
     pub kafka_file: Option<PathBuf>,
+    /// The schema registry the records' schemas are in: with --out, every schema id the
+    /// recorded values and keys are framed with is saved beside the recording, in
+    /// OUT.schemas.json, so `weir test` replays them with no registry.
+    #[arg(long, value_name = "URL", requires = "out")]
+    pub registry: Option<String>,
+    /// A file whose first line is the registry's USER:PASSWORD.
+    #[arg(long, value_name = "FILE", requires = "registry")]
+    pub registry_credentials_file: Option<PathBuf>,
+    /// A subject whose every version is saved too (a parser's `reader_subject`); repeat for more.
+    #[arg(long, value_name = "SUBJECT", requires = "registry")]
+    pub subject: Vec<String>,
+}
+
+/// What `weir schema` writes.
+#[derive(Clone, Copy, ValueEnum)]
+pub(super) enum SchemaLang {
+    Rust,
+    Python,
 }
 
 // `weir new`.
@@ -314,6 +342,10 @@ pub(super) struct New {
     /// $WEIR_GUEST_SDK, else the published `weir-guest` crate).
     #[arg(long)]
     pub sdk: Option<PathBuf>,
+    /// An Avro schema (`.avsc`) of the rows the plugin works on: its types are written into the
+    /// project (`src/schema.rs`, or `schema.py`), as `weir schema` writes them.
+    #[arg(long, value_name = "FILE.avsc")]
+    pub schema: Option<PathBuf>,
 }
 
 // `weir demo`.

@@ -92,6 +92,7 @@ fn dispatch(command: Command, service: client::Service) -> Result<Exit> {
         Command::Inspect(a) => inspect_command(a),
         Command::Record(a) => record_command(a),
         Command::New(a) => new_command(a),
+        Command::Schema { lang, schema, out } => schema_command(lang, &schema, out.as_deref()),
         Command::Build { dir, out } => {
             build::build(&dir, out.as_deref())?;
             Ok(Exit::Done)
@@ -248,7 +249,19 @@ fn inspect_command(a: args::Inspect) -> Result<Exit> {
 /// `weir record`: the topic's records to `--out` or stdout, until the end of the topic (or
 /// `--max`, or a signal).
 fn record_command(a: args::Record) -> Result<Exit> {
-    let args::Record { brokers, topic, out, from, max, follow, kafka, kafka_file } = a;
+    let args::Record {
+        brokers,
+        topic,
+        out,
+        from,
+        max,
+        follow,
+        kafka,
+        kafka_file,
+        registry,
+        registry_credentials_file,
+        subject,
+    } = a;
     let starting = match from.as_str() {
         "earliest" => StartingOffsets::Earliest,
         "latest" => StartingOffsets::Latest,
@@ -259,7 +272,7 @@ fn record_command(a: args::Record) -> Result<Exit> {
     let options = record::options(&kafka, kafka_file.as_deref())?;
     let args = record::RecordArgs { brokers, topic, starting, max, follow, options };
     let stop = run::stop_on_signals()?;
-    let n = match &out {
+    let (n, ids) = match &out {
         Some(path) => {
             let f = File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
             record::record(&args, &mut BufWriter::new(f), stop)?
@@ -267,13 +280,34 @@ fn record_command(a: args::Record) -> Result<Exit> {
         None => record::record(&args, &mut BufWriter::new(std::io::stdout().lock()), stop)?,
     };
     eprintln!("recorded {n} records from {}", args.topic);
+    if let (Some(url), Some(out)) = (registry, &out) {
+        let (file, count) = record::save_schemas(&url, registry_credentials_file, &subject, ids, out)?;
+        eprintln!("saved {count} schemas in {}", file.display());
+    }
+    Ok(Exit::Done)
+}
+
+/// `weir schema`: types from an Avro schema file.
+fn schema_command(lang: args::SchemaLang, schema: &std::path::Path, out: Option<&std::path::Path>) -> Result<Exit> {
+    use weir_schema::avro::{Names, codegen};
+    let text = std::fs::read_to_string(schema).with_context(|| format!("cannot read {}", schema.display()))?;
+    let parsed = weir_schema::avro::parse(&text, &[]).map_err(|e| exit::Usage(format!("{}: {e}", schema.display())))?;
+    let lang = match lang {
+        args::SchemaLang::Rust => codegen::Lang::Rust,
+        args::SchemaLang::Python => codegen::Lang::Python,
+    };
+    let code = codegen::generate(&parsed, &Names::of([&parsed]), lang);
+    match out {
+        Some(path) => std::fs::write(path, code).with_context(|| format!("cannot write {}", path.display()))?,
+        None => print!("{code}"),
+    }
     Ok(Exit::Done)
 }
 
 /// `weir new`: the project, and the commands that build and test it.
 fn new_command(a: args::New) -> Result<Exit> {
-    let args::New { role, name, lang, dir, sdk } = a;
-    let dir = new::new(&new::NewArgs { role, name, lang, dir, sdk })?;
+    let args::New { role, name, lang, dir, sdk, schema } = a;
+    let dir = new::new(&new::NewArgs { role, name, lang, dir, sdk, schema })?;
     eprintln!(
         "created {d}; next: weir build {d} && (cd {d} && weir test pipeline.toml --events events.jsonl --expect expected.jsonl)",
         d = dir.display()

@@ -5,6 +5,7 @@
 //! It reads with Weir's own Kafka source, so what is recorded is exactly what a pipeline's
 //! parser would have been given.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -83,8 +84,9 @@ fn secret(name: &str) -> bool {
     ["password", "secret", "jaas", "token", "key.pem", "certificate.pem"].iter().any(|s| name.contains(s))
 }
 
-/// Records into `out`; returns how many records were written.
-pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> Result<u64> {
+/// Records into `out`; returns how many records were written, and the schema ids their values
+/// and keys are framed with (the Confluent wire format's).
+pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBool>) -> Result<(u64, BTreeSet<u32>)> {
     let mut options = vec![("bootstrap.servers".to_string(), args.brokers.clone())];
     options.extend(args.options.iter().cloned());
     let cfg = KafkaSourceConfig {
@@ -96,6 +98,7 @@ pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBoo
     };
     let mut source = KafkaSource::open(&cfg, &[], stop.clone()).context("cannot read the topic")?;
     let mut written = 0u64;
+    let mut ids = BTreeSet::new();
     let limit = |written: u64| Limit {
         records: args.max.map_or(10_000, |m| (m - written).min(10_000) as usize),
         bounded: !args.follow,
@@ -108,20 +111,49 @@ pub(super) fn record(args: &RecordArgs, out: &mut dyn Write, stop: Arc<AtomicBoo
             Err(e) => return Err(e).context("reading the topic"),
         };
         let room = args.max.map_or(usize::MAX, |m| (m - written) as usize);
-        written += write_batch(&batch, room, out)?;
+        written += write_batch(&batch, room, out, &mut ids)?;
     }
     out.flush().context("cannot write the recording")?;
-    Ok(written)
+    Ok((written, ids))
+}
+
+/// Saves the schemas of `ids`, and every version of `subjects`, from the registry at `url`
+/// beside the recording `out`; the file and how many schemas it holds.
+pub(super) fn save_schemas(
+    url: &str,
+    credentials_file: Option<std::path::PathBuf>,
+    subjects: &[String],
+    ids: BTreeSet<u32>,
+    out: &std::path::Path,
+) -> Result<(std::path::PathBuf, usize)> {
+    let file = weir_schema::RegistryFile {
+        url: Some(url.to_string()),
+        schemas: None,
+        credentials_file,
+        ca_file: None,
+        cert_file: None,
+        key_file: None,
+        retry_for: None,
+        timeout: None,
+    };
+    let here = std::env::current_dir()?;
+    let config = file.validate(&here).map_err(|b| Usage(format!("--registry: {}", b.message)))?;
+    let registry = weir_schema::Registry::shared(&config)?;
+    let saved = registry.save(ids, subjects)?;
+    let path = weir_schema::saved::Saved::beside(out);
+    saved.write(&path).map_err(anyhow::Error::msg)?;
+    Ok((path, saved.schemas.len()))
 }
 
 /// Writes the batch's first `room` records (a batch is split over partitions, so it may hold a
 /// few more than `--max` asked for).
-fn write_batch(b: &SourceBatch, room: usize, out: &mut dyn Write) -> Result<u64> {
+fn write_batch(b: &SourceBatch, room: usize, out: &mut dyn Write, ids: &mut BTreeSet<u32>) -> Result<u64> {
     let r = &b.records;
     let mut headers = r.headers.iter().peekable();
     for (i, pos) in b.positions.iter().enumerate().take(room) {
         let value = crate::columns::item(&r.values, &r.value_ends, i);
         let key = crate::columns::item(&r.keys, &r.key_ends, i);
+        ids.extend([value, key].into_iter().filter_map(|b| weir_schema::wire::unframe(b).ok().map(|(id, _)| id)));
         let mut hs = serde_json::Map::new();
         while let Some(h) = headers.next_if(|h| h.index as usize == i) {
             hs.insert(h.name.clone(), String::from_utf8_lossy(&h.value).into_owned().into());

@@ -186,9 +186,28 @@ pub(super) fn test(a: &TestArgs) -> Result<Exit> {
 }
 
 /// The pipeline, reading `events` in bounded batches as fast as it can (the replay of a test).
+/// With `EVENTS.schemas.json` beside the events (`weir record --registry` wrote it), the
+/// pipeline's registry is that file: a test of recorded Avro needs no registry.
 pub(super) fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
     p.source.kind = SourceKind::Replay { path: events.to_path_buf(), format: ReplayFormat::Auto };
     p.trigger = Trigger::AvailableNow;
+    let saved = weir_schema::saved::Saved::beside(events);
+    if saved.exists() {
+        let file = weir_schema::RegistryFile {
+            url: None,
+            schemas: Some(saved),
+            credentials_file: None,
+            ca_file: None,
+            cert_file: None,
+            key_file: None,
+            retry_for: None,
+            timeout: None,
+        };
+        if let Ok(offline) = file.validate(Path::new("/")) {
+            eprintln!("schemas from {}", offline.url.trim_start_matches("file:"));
+            p = p.with_registry(offline);
+        }
+    }
     p
 }
 

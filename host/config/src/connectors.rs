@@ -150,17 +150,40 @@ pub struct KafkaSinkConfig {
     /// Each message's timestamp is its row's event time: set for a project's Kafka-backed
     /// dataset, whose readers take event time from it.
     pub event_time_stamps: bool,
-    /// `format = "avro"`: rows written as Avro in the Confluent wire format; `None`: JSON text.
-    pub avro: Option<AvroOut>,
+    /// `format = "avro"`, `"protobuf"` or `"json-schema"`: rows written in the Confluent wire
+    /// format with a registered schema; `None`: JSON text.
+    pub encoded: Option<SchemaOut>,
 }
 
-/// A Kafka sink's Avro output (`docs/formats.md`).
+/// What a Kafka sink's rows are written as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchemaFormat {
+    Avro,
+    Protobuf,
+    JsonSchema,
+}
+
+impl SchemaFormat {
+    /// As a pipeline file spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            SchemaFormat::Avro => "avro",
+            SchemaFormat::Protobuf => "protobuf",
+            SchemaFormat::JsonSchema => "json-schema",
+        }
+    }
+}
+
+/// A Kafka sink's output through the schema registry (`docs/formats.md`).
 #[derive(Debug, Clone)]
-pub struct AvroOut {
-    /// The value schema's file (Avro JSON), read at start-up.
+pub struct SchemaOut {
+    pub format: SchemaFormat,
+    /// The value schema's file (`.avsc`, `.proto`, or a JSON Schema), read at start-up.
     pub schema: PathBuf,
-    /// The key schema's file: keys written as Avro under the topic's key subject; `None`:
-    /// keys as their text.
+    /// Protobuf: the message rows are written as (its full name); `None`: the file's first.
+    pub message: Option<String>,
+    /// The key schema's file (Avro): keys written as Avro under the topic's key subject;
+    /// `None`: keys as their text.
     pub key_schema: Option<PathBuf>,
     pub strategy: weir_schema::SubjectStrategy,
     /// Register the schema when its subject does not have it yet; `false`: it must be there.

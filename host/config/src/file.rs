@@ -145,6 +145,8 @@ pub(super) struct SinkFile {
     /// Kafka with `format = "avro"`: the value schema (`.avsc`), the key schema, the subject
     /// name strategy, and whether to register the schema when its subject lacks it.
     pub(super) schema: Option<PathBuf>,
+    /// Protobuf: the message rows are written as.
+    pub(super) message: Option<String>,
     pub(super) key_schema: Option<PathBuf>,
     pub(super) subject_strategy: Option<weir_schema::SubjectStrategy>,
     pub(super) auto_register: Option<bool>,
@@ -155,6 +157,8 @@ pub(super) struct SinkFile {
 pub(super) enum SinkFormatFile {
     Json,
     Avro,
+    Protobuf,
+    JsonSchema,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]

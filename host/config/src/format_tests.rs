@@ -41,7 +41,7 @@ fn a_registry_reaches_the_stages_granted_it_and_the_avro_sink() {
     assert_eq!(r.retry_for, Duration::from_secs(30));
     assert_eq!(p.parse.as_ref().and_then(|s| s.grants.registry.clone()), Some(r.clone()));
     let Some(SinkConfig::Kafka(k)) = &p.sink else { panic!("a kafka sink") };
-    let a = k.avro.as_ref().expect("avro output");
+    let a = k.encoded.as_ref().expect("avro output");
     assert_eq!(a.schema, Path::new("dir/out.avsc"));
     assert_eq!(a.strategy, weir_schema::SubjectStrategy::TopicRecord);
     assert!(a.auto_register);
@@ -64,7 +64,17 @@ fn avro_sink_keys_are_refused_where_they_do_not_apply() {
     let e = err(&AVRO.replace("    schema = \"out.avsc\"\n", ""));
     assert!(e.contains("sink.schema: format = \"avro\" writes with a schema"), "{e}");
     let e = err(&AVRO.replace("format = \"avro\"", "format = \"json\""));
-    assert!(e.contains("sink.schema: only with format = \"avro\""), "{e}");
+    assert!(e.contains("sink.schema: only with format = \"avro\", \"protobuf\" or \"json-schema\""), "{e}");
+    let e = err(&AVRO.replace("format = \"avro\"", "format = \"avro\"\n    message = \"shop.Order\""));
+    assert!(e.contains("sink.message: only with format = \"protobuf\""), "{e}");
+    let p = Pipeline::parse(
+        &AVRO.replace("format = \"avro\"", "format = \"protobuf\"\n    message = \"shop.Order\""),
+        Path::new("dir/p.toml"),
+    )
+    .unwrap();
+    let Some(SinkConfig::Kafka(k)) = &p.sink else { panic!("a kafka sink") };
+    let out = k.encoded.as_ref().unwrap();
+    assert_eq!((out.format, out.message.as_deref()), (SchemaFormat::Protobuf, Some("shop.Order")));
     let e = err(&AVRO.replace("subject_strategy = \"topic-record\"", "subject_strategy = \"sideways\""));
     assert!(e.contains("sink.subject_strategy") && e.contains("topic-record"), "{e}");
     let wasm = r#"

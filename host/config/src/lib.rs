@@ -26,8 +26,8 @@ use weir_sandbox as plugin;
 use weir_types::{columns, json, retry, window};
 
 pub use connectors::{
-    AvroOut, DatasetRef, KafkaSinkConfig, KafkaSourceConfig, RepartitionConfig, ReplayFormat, SinkConfig, SourceConfig,
-    SourceKind, StartingOffsets,
+    DatasetRef, KafkaSinkConfig, KafkaSourceConfig, RepartitionConfig, ReplayFormat, SchemaFormat, SchemaOut,
+    SinkConfig, SourceConfig, SourceKind, StartingOffsets,
 };
 pub use file::Dur;
 pub use operators::{
@@ -198,6 +198,47 @@ impl Pipeline {
             .chain(expect)
             .chain(self.stateful.as_ref().and_then(|s| s.keyed.plugin()))
             .chain(sink)
+    }
+
+    /// The same pipeline with `registry` in place of its `[registry]`, for every stage granted
+    /// it and the Avro sink: how `weir test` reads recorded records with the schemas saved
+    /// beside them (`weir_schema::saved`) rather than a live registry.
+    pub fn with_registry(mut self, registry: weir_schema::RegistryConfig) -> Self {
+        let swap = |s: &mut StageSpec| {
+            if s.grants.registry.is_some() {
+                s.grants.registry = Some(registry.clone());
+            }
+        };
+        self.parse.iter_mut().for_each(swap);
+        self.transforms.iter_mut().for_each(swap);
+        if let Some(Join::Interval(j)) = &mut self.join {
+            swap(&mut j.parse);
+        }
+        for e in &mut self.expect {
+            if let ExpectCheck::Plugin(s) = &mut e.check {
+                swap(s);
+            }
+        }
+        if let Some(s) = &mut self.stateful {
+            match &mut s.keyed {
+                Keyed::Window(w) => swap(&mut w.aggregate),
+                Keyed::Process(p) => swap(&mut p.plugin),
+                Keyed::Rows => {}
+            }
+        }
+        match &mut self.sink {
+            Some(SinkConfig::Wasm(s)) => swap(s),
+            Some(SinkConfig::Kafka(k)) => {
+                if let Some(a) = &mut k.encoded {
+                    a.registry = registry.clone();
+                }
+            }
+            _ => {}
+        }
+        if self.registry.is_some() {
+            self.registry = Some(registry);
+        }
+        self
     }
 
     /// Whether every row that reaches the operator was checked to be one line of a JSON object:

@@ -12,14 +12,14 @@ use weir_schema::Registry;
 use weir_schema::checks::{self, CheckError};
 
 use crate::pipeline::{Pipeline, SinkConfig};
-use crate::sink::avro::{self, AvroSinkError};
+use crate::sink::framed::{self, FramedSinkError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SchemaError {
     #[error("stage {stage}: {error}")]
     Reader { stage: String, error: Box<CheckError> },
     #[error(transparent)]
-    Sink(#[from] AvroSinkError),
+    Sink(#[from] FramedSinkError),
 }
 
 impl SchemaError {
@@ -71,9 +71,9 @@ pub fn check_readers(p: &Pipeline, patience: Option<Duration>) -> Result<(), Sch
 pub fn check(p: &Pipeline) -> Result<(), SchemaError> {
     check_readers(p, Some(CHECK_PATIENCE))?;
     if let Some(SinkConfig::Kafka(k)) = &p.sink
-        && let Some(a) = &k.avro
+        && let Some(a) = &k.encoded
     {
-        avro::check(a, &k.topic, CHECK_PATIENCE)?;
+        framed::check(a, &k.topic, CHECK_PATIENCE)?;
     }
     Ok(())
 }

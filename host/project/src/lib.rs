@@ -473,7 +473,7 @@ fn resolve(fl: &mut Flow, datasets: &BTreeMap<String, Dataset>, bounded: bool) {
                     transactional_id,
                     key: key.clone(),
                     event_time_stamps: true,
-                    avro: None,
+                    encoded: None,
                 }));
             }
         }

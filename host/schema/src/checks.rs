@@ -76,29 +76,53 @@ pub fn writer_id(
     register: bool,
     auto_register: bool,
 ) -> Result<Option<u32>, CheckError> {
-    let schema = avro::parse(text, &[]).map_err(|error| CheckError::BadSchema { what: what.to_string(), error })?;
-    if let Some(id) = registry.lookup(subject, SchemaType::Avro, text)? {
+    writer_id_of(registry, SchemaType::Avro, subject, text, what, register, auto_register)
+}
+
+/// As [`writer_id`], for a schema of any type: Avro is checked by Weir (the refusal names the
+/// field and the rule); Protobuf and JSON Schema by the registry, whose reasons are quoted.
+pub fn writer_id_of(
+    registry: &Registry,
+    schema_type: SchemaType,
+    subject: &str,
+    text: &str,
+    what: &str,
+    register: bool,
+    auto_register: bool,
+) -> Result<Option<u32>, CheckError> {
+    if let Some(id) = registry.lookup(subject, schema_type, text)? {
         return Ok(Some(id));
     }
     let level = registry.compatibility(subject)?;
-    let level = Level::parse(&level).map_err(|message| CheckError::Level {
+    let parsed = Level::parse(&level).map_err(|message| CheckError::Level {
         registry: registry.url().to_string(),
         subject: subject.to_string(),
         message,
     })?;
-    let existing = versions(registry, subject, what)?;
-    avro::check(&schema, &existing, level).map_err(|refusal| CheckError::Incompatible {
+    let refused = |message: String, version: u32| CheckError::Incompatible {
         what: what.to_string(),
         subject: subject.to_string(),
-        refusal,
-    })?;
+        refusal: Refusal { rule: level.clone(), version, message },
+    };
+    if schema_type == SchemaType::Avro {
+        let schema = avro::parse(text, &[]).map_err(|error| CheckError::BadSchema { what: what.to_string(), error })?;
+        let existing = versions(registry, subject, what)?;
+        avro::check(&schema, &existing, parsed).map_err(|refusal| CheckError::Incompatible {
+            what: what.to_string(),
+            subject: subject.to_string(),
+            refusal,
+        })?;
+    } else if let Err(reasons) = registry.compatible(subject, schema_type, text)? {
+        let latest = registry.versions(subject)?.last().copied().unwrap_or(0);
+        return Err(refused(reasons.join("; "), latest));
+    }
     if !auto_register {
         return Err(CheckError::NotRegistered { what: what.to_string(), subject: subject.to_string() });
     }
     if !register {
         return Ok(None);
     }
-    Ok(Some(registry.register(subject, SchemaType::Avro, text)?))
+    Ok(Some(registry.register(subject, schema_type, text)?))
 }
 
 /// Checks that version `version` of `subject` reads data written with every version of it.

@@ -15,7 +15,9 @@ use crate::limits::{DEFAULT_REQUEST_TIMEOUT, DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 #[serde(deny_unknown_fields)]
 pub struct RegistryFile {
     /// The Confluent API's base URL, e.g. `https://registry.internal:8081`.
-    pub url: String,
+    pub url: Option<String>,
+    /// Instead of `url`: a schemas file (`saved.rs`), as `weir record --registry` writes one.
+    pub schemas: Option<PathBuf>,
     /// A file whose first line is `USER:PASSWORD` (HTTP basic auth, as Confluent Cloud's API keys).
     pub credentials_file: Option<PathBuf>,
     /// PEM certificates to trust for `https` instead of the Mozilla roots.
@@ -32,8 +34,10 @@ pub struct RegistryFile {
 /// `[registry]`, validated: paths absolute, durations in range.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct RegistryConfig {
-    /// Without a trailing `/`.
+    /// Without a trailing `/`; for a schemas file, `file:PATH`. How errors and logs name it.
     pub url: String,
+    /// `schemas`: the registry is this file, and no server is reached.
+    pub saved: Option<PathBuf>,
     pub credentials_file: Option<PathBuf>,
     pub ca_file: Option<PathBuf>,
     pub client_cert: Option<(PathBuf, PathBuf)>,
@@ -52,12 +56,41 @@ impl RegistryFile {
     /// Checks the form of every key (nothing is read or reached); relative paths resolve
     /// against `dir`, the pipeline file's directory.
     pub fn validate(self, dir: &Path) -> Result<RegistryConfig, BadKey> {
-        let url = self.url.trim_end_matches('/').to_string();
+        let path = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { dir.join(p) });
+        let raw = match (self.url, path(self.schemas)) {
+            (Some(u), None) => u,
+            (None, Some(file)) => {
+                return Ok(RegistryConfig {
+                    url: format!("file:{}", file.display()),
+                    saved: Some(file),
+                    credentials_file: None,
+                    ca_file: None,
+                    client_cert: None,
+                    retry_for: DEFAULT_RETRY_FOR,
+                    timeout: DEFAULT_REQUEST_TIMEOUT,
+                });
+            }
+            (None, None) => {
+                return Err(BadKey {
+                    key: "url",
+                    message: "missing: the registry's base URL, e.g. url = \"http://localhost:8081\" (or schemas = \
+                              FILE, a schemas file `weir record --registry` wrote)"
+                        .into(),
+                });
+            }
+            (Some(_), Some(_)) => {
+                return Err(BadKey {
+                    key: "schemas",
+                    message: "a registry is a server (url) or a schemas file, not both: remove one".into(),
+                });
+            }
+        };
+        let url = raw.trim_end_matches('/').to_string();
         let rest = url.strip_prefix("http://").or_else(|| url.strip_prefix("https://"));
         if rest.is_none_or(|r| r.is_empty() || r.starts_with('/')) {
             return Err(BadKey {
                 key: "url",
-                message: format!("`{}`: write the registry's base URL, e.g. \"http://localhost:8081\"", self.url),
+                message: format!("`{raw}`: write the registry's base URL, e.g. \"http://localhost:8081\""),
             });
         }
         if url.contains('@') {
@@ -68,7 +101,6 @@ impl RegistryFile {
                     .into(),
             });
         }
-        let path = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { dir.join(p) });
         let client_cert = match (path(self.cert_file), path(self.key_file)) {
             (Some(c), Some(k)) => Some((c, k)),
             (None, None) => None,
@@ -79,6 +111,7 @@ impl RegistryFile {
         let timeout = duration("timeout", self.timeout, DEFAULT_REQUEST_TIMEOUT, Duration::from_millis(100))?;
         Ok(RegistryConfig {
             url,
+            saved: None,
             credentials_file: path(self.credentials_file),
             ca_file: path(self.ca_file),
             client_cert,
@@ -113,7 +146,8 @@ mod tests {
 
     fn file(url: &str) -> RegistryFile {
         RegistryFile {
-            url: url.into(),
+            url: Some(url.into()),
+            schemas: None,
             credentials_file: Some("secrets/registry".into()),
             ca_file: None,
             cert_file: None,

@@ -9,7 +9,11 @@
 //!   is down before it gives up naming it;
 //! - `avro/`: rows (JSON objects) written as Avro, with the field that does not fit named, and
 //!   the compatibility rules checked before a run;
+//! - `protobuf.rs`, `json_schema.rs`: rows written as Protobuf, or checked against a JSON
+//!   Schema, for the Kafka sink;
 //! - `checks.rs`: what is checked against the registry before a run;
+//! - `saved.rs`: a registry's schemas saved to a file, for tests that need no registry;
+//! - `rows.rs`: event times and keys from decoded rows, as `json_parser` reads them;
 //! - `limits.rs`: every default and bound, named once.
 //!
 //! Decoding is not here: it runs in the sandbox (`plugins/avro-parser`), which reaches the
@@ -20,9 +24,15 @@ pub mod avro;
 #[cfg(feature = "registry")]
 pub mod checks;
 mod config;
+#[cfg(feature = "registry")]
+pub mod json_schema;
 pub mod limits;
 #[cfg(feature = "registry")]
+pub mod protobuf;
+#[cfg(feature = "registry")]
 mod registry;
+pub mod rows;
+pub mod saved;
 mod subject;
 #[cfg(feature = "registry")]
 mod tls;

@@ -203,7 +203,11 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
 /// the data area (a credentials file elsewhere would send the first line of any file on the
 /// service's machine to a URL the tenant chose).
 fn check_registry(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
-    if let Some(r) = &pipeline.registry {
+    if let Some(r) = &pipeline.registry
+        && let Some(file) = &r.saved
+    {
+        confine_path(scope.files, "registry.schemas", file)?;
+    } else if let Some(r) = &pipeline.registry {
         let authority = r.url.split_once("://").map_or("", |(_, rest)| rest.split('/').next().unwrap_or(""));
         let port = if r.url.starts_with("https://") { "443" } else { "80" };
         let authority = if authority.contains(':') { authority.to_string() } else { format!("{authority}:{port}") };
@@ -226,7 +230,7 @@ fn check_registry(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
         }
     }
     if let Some(SinkConfig::Kafka(k)) = &pipeline.sink
-        && let Some(a) = &k.avro
+        && let Some(a) = &k.encoded
     {
         confine_path(scope.files, "sink.schema", &a.schema)?;
         if let Some(p) = &a.key_schema {

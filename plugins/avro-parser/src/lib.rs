@@ -31,7 +31,7 @@ use apache_avro::types::Value;
 use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
-use weir_schema::avro::{Found, Names, Number, decode, decode_json, write_json};
+use weir_schema::avro::{Found, MAX_PATH, Names, Number, decode, decode_json, write_json};
 
 /// The most `key_fields`.
 const MAX_KEY_FIELDS: usize = 4;
@@ -126,8 +126,8 @@ impl Parser for AvroParser {
                 })?;
                 if schema.schema_type != SchemaType::Avro {
                     return Err(PluginError::InvalidConfig(format!(
-                        "reader_subject {subject:?} version {version} is a {:?} schema, not Avro",
-                        schema.schema_type
+                        "reader_subject {subject:?} version {version} is {}, not Avro",
+                        schema.schema_type.name()
                     )));
                 }
                 let (s, refs) = parse_schema(&schema)
@@ -143,6 +143,12 @@ impl Parser for AvroParser {
         };
         let time_path = path(&s.time_field);
         let key_paths: Vec<Vec<String>> = s.key_fields.iter().map(|k| path(k)).collect();
+        if let Some(deep) = std::iter::once(&time_path).chain(&key_paths).find(|p| p.len() > MAX_PATH) {
+            return Err(PluginError::InvalidConfig(format!(
+                "`{}`: a field path goes at most {MAX_PATH} records deep",
+                deep.join(".")
+            )));
+        }
         Ok(AvroParser {
             unit: s.time_unit,
             wanted: std::iter::once(time_path.clone()).chain(key_paths.iter().cloned()).collect(),
@@ -281,7 +287,7 @@ impl AvroParser {
             Err(e) => return Err(RecordError::malformed(format!("schema id {id}: {e}"))),
         };
         if schema.schema_type != SchemaType::Avro {
-            return Ok(Err(format!("a {:?} schema, and this parser reads Avro", schema.schema_type)));
+            return Ok(Err(format!("it is {}, and this parser reads Avro", schema.schema_type.name())));
         }
         let (writer, refs) = match parse_schema(&schema) {
             Ok(x) => x,

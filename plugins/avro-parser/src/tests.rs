@@ -92,7 +92,7 @@ fn bad_records_are_dead_letters_with_their_schema_id_and_why() {
     assert!(said[0].starts_with("schema id 1: the bytes do not decode"), "{said:?}");
     assert!(said[1].contains("schema id 1: 1 bytes left over"), "{said:?}");
     assert!(said[2].contains("schema id 99: not in the schema registry"), "{said:?}");
-    assert!(said[3].contains("schema id 3: a Protobuf schema"), "{said:?}");
+    assert!(said[3].contains("schema id 3: it is Protobuf, and this parser reads Avro"), "{said:?}");
     assert!(said[4].contains("magic byte 0x7b"), "{said:?}");
     assert!(said[5].contains("too short"), "{said:?}");
 }

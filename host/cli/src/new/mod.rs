@@ -92,6 +92,18 @@ pub(super) struct NewArgs {
     pub dir: Option<PathBuf>,
     /// The guest SDK's directory, for the Rust template.
     pub sdk: Option<PathBuf>,
+    /// An Avro schema whose row types the project gets.
+    pub schema: Option<PathBuf>,
+}
+
+/// The row types of `schema` (an `.avsc`), as a source file of `lang`.
+fn schema_types(schema: &Path, lang: Lang) -> Result<String> {
+    use weir_schema::avro::{Names, codegen};
+    let text = std::fs::read_to_string(schema).with_context(|| format!("cannot read --schema {}", schema.display()))?;
+    let parsed =
+        weir_schema::avro::parse(&text, &[]).map_err(|e| Usage(format!("--schema {}: {e}", schema.display())))?;
+    let lang = if lang == Lang::Rust { codegen::Lang::Rust } else { codegen::Lang::Python };
+    Ok(codegen::generate(&parsed, &Names::of([&parsed]), lang))
 }
 
 /// Creates the project; returns its directory.
@@ -126,15 +138,25 @@ pub(super) fn new(args: &NewArgs) -> Result<PathBuf> {
         ("expected.jsonl".into(), expected.to_string()),
     ];
     let events_role = args.role != Role::Parser;
+    let types = args.schema.as_deref().map(|s| schema_types(s, args.lang)).transpose()?;
     match args.lang {
         Lang::Rust => {
-            let source = rust.replace("{{events}}", if events_role { RUST_EVENTS } else { "" });
+            let mut source = rust.replace("{{events}}", if events_role { RUST_EVENTS } else { "" });
+            if let Some(types) = &types {
+                source.push_str(
+                    "\n/// The rows' types, from the project's schema (`weir schema rust`).\npub mod schema;\n",
+                );
+                files.push(("src/schema.rs".into(), types.clone()));
+            }
             files.push(("Cargo.toml".into(), fill(RUST_CARGO)));
             files.push(("src/lib.rs".into(), fill(&source)));
             files.push((".gitignore".into(), "/target\n*.wasm\nweir-dead-letters.jsonl\n".into()));
         }
         Lang::Python => {
             let source = python.replace("{{events}}", if events_role { PYTHON_EVENTS } else { "" });
+            if let Some(types) = &types {
+                files.push(("schema.py".into(), types.clone()));
+            }
             files.push((format!("{module}.py").into(), fill(&source)));
             files.push((
                 format!("test_{module}.py").into(),

@@ -39,7 +39,7 @@ pub(super) fn sink_config(
     rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
-    let avro = avro_out(&s, registry, rel, invalid)?;
+    let encoded = schema_out(&s, registry, rel, invalid)?;
     let not_for = |key: &str, present: bool, kind: &str| {
         if present {
             Err(invalid(&format!("sink.{key}"), format!("does not apply to a {kind} sink; remove it")))
@@ -103,27 +103,34 @@ pub(super) fn sink_config(
                 transactional_id,
                 key: key_field("sink.key", s.key, invalid)?,
                 event_time_stamps: false,
-                avro,
+                encoded,
             }))
         }
     }
 }
 
-/// A Kafka sink's `format`, `schema`, `key_schema`, `subject_strategy` and `auto_register`.
-fn avro_out(
+/// A Kafka sink's `format`, `schema`, `message`, `key_schema`, `subject_strategy` and
+/// `auto_register`.
+fn schema_out(
     s: &SinkFile,
     registry: Option<&weir_schema::RegistryConfig>,
     rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
-) -> Result<Option<AvroOut>, PipelineError> {
+) -> Result<Option<SchemaOut>, PipelineError> {
     use crate::file::SinkFormatFile;
-    let avro = s.format == Some(SinkFormatFile::Avro);
-    if (avro || s.format.is_some()) && s.kind != SinkKindFile::Kafka {
+    if s.format.is_some() && s.kind != SinkKindFile::Kafka {
         return Err(invalid("sink.format", "only a Kafka sink (type = \"kafka\") has a format; remove it".into()));
     }
-    if !avro {
+    let format = match s.format {
+        None | Some(SinkFormatFile::Json) => None,
+        Some(SinkFormatFile::Avro) => Some(SchemaFormat::Avro),
+        Some(SinkFormatFile::Protobuf) => Some(SchemaFormat::Protobuf),
+        Some(SinkFormatFile::JsonSchema) => Some(SchemaFormat::JsonSchema),
+    };
+    let Some(format) = format else {
         for (key, present) in [
             ("schema", s.schema.is_some()),
+            ("message", s.message.is_some()),
             ("key_schema", s.key_schema.is_some()),
             ("subject_strategy", s.subject_strategy.is_some()),
             ("auto_register", s.auto_register.is_some()),
@@ -131,28 +138,42 @@ fn avro_out(
             if present {
                 return Err(invalid(
                     &format!("sink.{key}"),
-                    "only with format = \"avro\": set it, or remove this key (rows are written as JSON)".into(),
+                    "only with format = \"avro\", \"protobuf\" or \"json-schema\": set one, or remove this key \
+                     (rows are written as JSON)"
+                        .into(),
                 ));
             }
         }
         return Ok(None);
+    };
+    if s.message.is_some() && format != SchemaFormat::Protobuf {
+        return Err(invalid("sink.message", "only with format = \"protobuf\"; remove it".into()));
     }
+    let example = match format {
+        SchemaFormat::Avro => "order.avsc",
+        SchemaFormat::Protobuf => "order.proto",
+        SchemaFormat::JsonSchema => "order.schema.json",
+    };
     let schema = s.schema.as_deref().ok_or_else(|| {
         invalid(
             "sink.schema",
-            "format = \"avro\" writes with a schema: name its file, e.g. schema = \"order.avsc\"".into(),
+            format!("format = \"{}\" writes with a schema: name its file, e.g. schema = \"{example}\"", format.name()),
         )
     })?;
     let registry = registry.ok_or_else(|| {
         invalid(
             "sink.format",
-            "Avro output is registered in a schema registry: add [registry] with its url, e.g. url = \
-             \"http://localhost:8081\""
-                .into(),
+            format!(
+                "format = \"{}\" registers its schema in a schema registry: add [registry] with its url, e.g. url \
+                 = \"http://localhost:8081\"",
+                format.name()
+            ),
         )
     })?;
-    Ok(Some(AvroOut {
+    Ok(Some(SchemaOut {
+        format,
         schema: rel(schema),
+        message: s.message.clone(),
         key_schema: s.key_schema.as_deref().map(rel),
         strategy: s.subject_strategy.unwrap_or_default(),
         auto_register: s.auto_register.unwrap_or(true),

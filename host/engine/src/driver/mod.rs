@@ -98,7 +98,7 @@ impl RunError {
                 true
             }
             RunError::Sink(SinkError::NoProject(_)) => true,
-            RunError::Sink(SinkError::Avro(e)) => e.is_config(),
+            RunError::Sink(SinkError::Framed(e)) => e.is_config(),
             RunError::Schema(e) => e.is_config(),
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,

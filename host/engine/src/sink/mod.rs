@@ -5,12 +5,12 @@
 //! exactly-once.
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
-//! `avro.rs` (rows as Avro in front of the Kafka sink),
+//! `framed.rs` (rows as Avro, Protobuf or JSON Schema in front of the Kafka sink),
 //! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
 //! project's dataset in the embedded log), `repartition.rs` (a group's shuffle, stage 1's
 //! partials to stage 2).
 
-pub mod avro;
+pub mod framed;
 mod kafka;
 mod lines;
 mod log;
@@ -47,7 +47,7 @@ pub enum SinkError {
     )]
     Unkeyed { dataset: String, why: String },
     #[error(transparent)]
-    Avro(#[from] Box<avro::AvroSinkError>),
+    Framed(#[from] Box<framed::FramedSinkError>),
     #[error(transparent)]
     Rows(#[from] crate::columns::ColumnFull),
     #[error(

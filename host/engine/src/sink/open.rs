@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
-use super::avro::AvroSink;
+use super::framed::FramedSink;
 use super::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
 use crate::pipeline::{KafkaSinkConfig, Pipeline, SinkConfig, Trigger};
 use crate::plugin::{PluginError, Runtime, Sink};
@@ -23,13 +23,13 @@ pub fn open(
                 .ok_or_else(|| PluginError::Engine(format!("{}: a Wasm sink needs the Wasm runtime", spec.name)))?;
             Box::new(WasmSink(Sink::new(runtime, spec.clone())?))
         }
-        Some(SinkConfig::Kafka(k)) => match &k.avro {
+        Some(SinkConfig::Kafka(k)) => match &k.encoded {
             None => Box::new(KafkaSink::open(k, continuous, stop.clone())?),
-            // The Avro sink reads `sink.key` from the rows before they are encoded.
-            Some(avro) => {
+            // The framed sink reads `sink.key` from the rows before they are encoded.
+            Some(out) => {
                 let plain = KafkaSinkConfig { key: None, ..k.clone() };
                 let kafka = Box::new(KafkaSink::open(&plain, continuous, stop.clone())?);
-                Box::new(AvroSink::open(avro, &k.topic, k.key.as_deref(), kafka).map_err(Box::new)?)
+                Box::new(FramedSink::open(out, &k.topic, k.key.as_deref(), kafka).map_err(Box::new)?)
             }
         },
         Some(SinkConfig::Dataset { dataset, key }) => match &dataset.log {

@@ -53,7 +53,7 @@ pub fn decode_json<'s>(
     found: &mut [Option<Found>],
 ) -> Result<(), DecodeError> {
     let start = out.len();
-    let mut w = Writer { names, paths, found, stack: Vec::new(), items: 0 };
+    let mut w = Writer { names, paths, found, stack: [""; MAX_PATH], depth: 0, items: 0 };
     let r = w.value(schema, bytes, out, 0);
     if r.is_err() {
         out.truncate(start);
@@ -65,9 +65,15 @@ struct Writer<'a, 's> {
     names: &'s Names,
     paths: &'a [Vec<String>],
     found: &'a mut [Option<Found>],
-    stack: Vec<&'s str>,
+    /// The field names from the top down to the value being written (`stack[..depth]`); a
+    /// fixed array, since a record's decoding must not allocate for it.
+    stack: [&'s str; MAX_PATH],
+    depth: usize,
     items: usize,
 }
+
+/// The deepest field a path may name (`a.b.c` is 3): deeper values are written, never noted.
+pub const MAX_PATH: usize = 8;
 
 fn err<T>(m: impl Into<String>) -> Result<T, DecodeError> {
     Err(DecodeError(m.into()))
@@ -114,7 +120,15 @@ fn length(bytes: &mut &[u8], what: &str) -> Result<usize, DecodeError> {
 }
 
 fn string(s: &str, out: &mut Vec<u8>) {
-    let _ = serde_json::to_writer(&mut *out, s);
+    // Most field names and values need no escape: copied as they are, without serde's writer.
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.reserve(s.len() + 2);
+        out.push(b'"');
+        out.extend_from_slice(s.as_bytes());
+        out.push(b'"');
+    } else {
+        let _ = serde_json::to_writer(&mut *out, s);
+    }
 }
 
 fn utf8<'b>(bytes: &mut &'b [u8], what: &str) -> Result<&'b str, DecodeError> {
@@ -135,8 +149,12 @@ fn base64(b: &[u8], out: &mut Vec<u8>) {
 impl<'s> Writer<'_, 's> {
     /// Notes where the value just written lies, if the current path is wanted.
     fn note(&mut self, start: usize, end: usize, number: Option<Number>) {
+        let stack = &self.stack[..self.depth.min(MAX_PATH)];
+        if self.depth > MAX_PATH {
+            return;
+        }
         for (i, p) in self.paths.iter().enumerate() {
-            if p.len() == self.stack.len() && p.iter().zip(&self.stack).all(|(a, b)| a == b) {
+            if p.len() == stack.len() && p.iter().zip(stack).all(|(a, b)| a == b) {
                 self.found[i] = Some(Found { start, end, number });
             }
         }
@@ -299,13 +317,16 @@ impl<'s> Writer<'_, 's> {
                     }
                     string(&f.name, out);
                     out.push(b':');
-                    self.stack.push(&f.name);
+                    if let Some(slot) = self.stack.get_mut(self.depth) {
+                        *slot = &f.name;
+                    }
+                    self.depth += 1;
                     let at = out.len();
                     let n = self
                         .value(&f.schema, bytes, out, depth + 1)
                         .map_err(|e| DecodeError(format!("field `{}`: {e}", f.name)))?;
                     self.note(at, out.len(), n);
-                    self.stack.pop();
+                    self.depth -= 1;
                 }
                 out.push(b'}');
                 None

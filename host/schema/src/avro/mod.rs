@@ -4,6 +4,7 @@
 //! encodes and checks; decoding runs in the sandbox, in `plugins/avro-parser`, which builds
 //! this module in.
 
+pub mod codegen;
 mod compat;
 mod decode;
 mod direct;
@@ -12,7 +13,7 @@ mod json;
 
 pub use compat::{Level, Refusal, check, check_reader};
 pub use decode::{DecodeError, decode};
-pub use direct::{Found, Number, decode_json};
+pub use direct::{Found, MAX_PATH, Number, decode_json};
 pub use encode::{Encoder, Misfit};
 pub use json::{Names, write_json};
 

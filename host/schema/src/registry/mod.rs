@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 
 use crate::config::RegistryConfig;
+
+mod offline;
 use crate::limits::{FIRST_RETRY_WAIT, MAX_REFERENCES, MAX_RETRY_WAIT, MAX_SCHEMA_BYTES};
 
 /// What a schema is written in (`schemaType`; a registry leaves it out for Avro).
@@ -104,6 +106,9 @@ pub struct Registry {
     /// fetch rather than make one each.
     fetching: Mutex<()>,
     fetches: AtomicU64,
+    /// A schemas file's subjects and their versions, oldest first (`[registry] schemas`): set,
+    /// the registry is the file and no request is made.
+    offline: Option<HashMap<String, Vec<u32>>>,
 }
 
 impl std::fmt::Debug for Registry {
@@ -146,7 +151,8 @@ impl Registry {
     }
 
     fn new(config: RegistryConfig) -> Result<Self, RegistryError> {
-        let setup = |message: String| RegistryError::Setup { registry: config.url.clone(), message };
+        let url = config.url.clone();
+        let setup = |message: String| RegistryError::Setup { registry: url.clone(), message };
         let auth = match &config.credentials_file {
             Some(f) => {
                 let text = std::fs::read_to_string(f)
@@ -170,7 +176,7 @@ impl Registry {
             builder = builder.tls_config(tls);
         }
         let agent = builder.build().into();
-        Ok(Self {
+        let mut r = Self {
             config,
             agent,
             auth,
@@ -179,7 +185,13 @@ impl Registry {
             versions: Mutex::default(),
             fetching: Mutex::default(),
             fetches: AtomicU64::new(0),
-        })
+            offline: None,
+        };
+        if let Some(file) = &r.config.saved {
+            let saved = crate::saved::Saved::load(file).map_err(setup)?;
+            r.load(saved).map_err(setup)?;
+        }
+        Ok(r)
     }
 
     /// The registry's URL: how errors and logs name it.
@@ -253,6 +265,9 @@ impl Registry {
 
     /// The versions `subject` has, oldest first (none if the subject does not exist).
     pub fn versions(&self, subject: &str) -> Result<Vec<u32>, RegistryError> {
+        if let Some(subjects) = &self.offline {
+            return Ok(subjects.get(subject).cloned().unwrap_or_default());
+        }
         match self.get_json(&format!("/subjects/{}/versions", escape(subject)), &format!("subject {subject:?}")) {
             Err(RegistryError::NotFound { .. }) => Ok(vec![]),
             r => r,
@@ -261,6 +276,9 @@ impl Registry {
 
     /// The compatibility level in force for `subject`: its own, else the registry's.
     pub fn compatibility(&self, subject: &str) -> Result<String, RegistryError> {
+        if self.offline.is_some() {
+            return Ok("NONE".into());
+        }
         #[derive(Deserialize)]
         #[serde(rename_all = "camelCase")]
         struct Level {
@@ -279,6 +297,13 @@ impl Registry {
 
     /// Registers `text` under `subject` (or finds it there already); its id.
     pub fn register(&self, subject: &str, schema_type: SchemaType, text: &str) -> Result<u32, RegistryError> {
+        if self.offline.is_some() {
+            return Err(RegistryError::Refused {
+                registry: self.config.url.clone(),
+                what: format!("registering a schema under subject {subject:?}"),
+                message: "a schemas file registers nothing: write to a registry server (url)".into(),
+            });
+        }
         #[derive(Deserialize)]
         struct Id {
             id: u32,
@@ -290,6 +315,37 @@ impl Registry {
         let what = format!("registering a schema under subject {subject:?}");
         let id: Id = self.send("POST", &format!("/subjects/{}/versions", escape(subject)), Some(&body), &what)?;
         Ok(id.id)
+    }
+
+    /// Whether `text` may join `subject` under its compatibility level, as the registry itself
+    /// judges (`Err` inside: the registry's reasons). A subject with no versions takes any.
+    pub fn compatible(
+        &self,
+        subject: &str,
+        schema_type: SchemaType,
+        text: &str,
+    ) -> Result<Result<(), Vec<String>>, RegistryError> {
+        #[derive(Deserialize)]
+        struct Verdict {
+            is_compatible: bool,
+            #[serde(default)]
+            messages: Vec<String>,
+        }
+        if self.offline.is_some() {
+            return Ok(Ok(()));
+        }
+        let mut body = serde_json::json!({ "schema": text });
+        if schema_type != SchemaType::Avro {
+            body["schemaType"] = schema_type.as_str().into();
+        }
+        let path = format!("/compatibility/subjects/{}/versions/latest?verbose=true", escape(subject));
+        let what = format!("checking a schema against subject {subject:?}");
+        match self.send::<Verdict>("POST", &path, Some(&body), &what) {
+            Ok(v) if v.is_compatible => Ok(Ok(())),
+            Ok(v) => Ok(Err(v.messages)),
+            Err(RegistryError::NotFound { .. }) => Ok(Ok(())),
+            Err(e) => Err(e),
+        }
     }
 
     /// The id `text` has under `subject`, if it is registered there.
@@ -359,6 +415,10 @@ impl Registry {
         body: Option<&serde_json::Value>,
         what: &str,
     ) -> Result<T, RegistryError> {
+        if self.offline.is_some() {
+            // The file holds all there is.
+            return Err(self.not_found(what.to_string()));
+        }
         let started = Instant::now();
         let mut wait = FIRST_RETRY_WAIT;
         loop {
@@ -460,38 +520,4 @@ fn escape(subject: &str) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn subjects_are_escaped_for_paths_and_types_default_to_avro() {
-        assert_eq!(escape("orders-value"), "orders-value");
-        assert_eq!(escape("a/b c"), "a%2Fb%20c");
-        assert_eq!(SchemaType::parse(None), Ok(SchemaType::Avro));
-        assert_eq!(SchemaType::parse(Some("PROTOBUF")), Ok(SchemaType::Protobuf));
-        assert!(SchemaType::parse(Some("XML")).is_err());
-        assert_eq!(message_of(r#"{"error_code":40403,"message":"Schema 99 not found."}"#), "Schema 99 not found.");
-    }
-
-    /// A registry that is not there is retried for `retry_for`, then named.
-    #[test]
-    fn a_registry_that_cannot_be_reached_is_named_after_the_retries() {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let config = crate::RegistryFile {
-            url: format!("http://127.0.0.1:{port}"),
-            credentials_file: None,
-            ca_file: None,
-            cert_file: None,
-            key_file: None,
-            retry_for: Some("300ms".into()),
-            timeout: None,
-        }
-        .validate(std::path::Path::new("/"))
-        .unwrap();
-        let r = Registry::new(config).unwrap();
-        let e = r.by_id(1).unwrap_err();
-        assert!(matches!(e, RegistryError::Unavailable { .. }), "{e}");
-        assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
-        assert!(r.fetches() >= 2, "it was retried: {} requests", r.fetches());
-    }
-}
+mod tests;

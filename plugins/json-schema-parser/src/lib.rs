@@ -1,0 +1,171 @@
+//! The standard JSON Schema parser: records in the Confluent wire format (magic byte 0, a
+//! 4-byte schema id, JSON text), each checked against the JSON Schema its id names in the
+//! pipeline's schema registry and passed on as it is, as the row. Event time and key come from
+//! `time_field` and `key_fields`, by `json_parser`'s rules (`weir_schema::rows`).
+//!
+//! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
+//! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
+//! [`MAX_KEY_FIELDS`] field paths).
+//!
+//! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
+//! is not JSON Schema, whose text is not a JSON object, or that the schema refuses is that
+//! record's dead letter, with its schema id and why (a refusal names the field's location).
+//!
+//! Invariant: a schema is compiled once per instance, whatever the number of records.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use jsonschema::{Draft, Retrieve, Uri, Validator};
+use serde::Deserialize;
+use serde_json::Value;
+use weir_guest::registry::{self, RegistryError, SchemaType};
+use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
+use weir_schema::rows::{event_time, key_text, lookup};
+
+/// The most `key_fields`.
+const MAX_KEY_FIELDS: usize = 4;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Unit {
+    #[default]
+    Ms,
+    S,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    time_field: String,
+    #[serde(default)]
+    time_unit: Unit,
+    #[serde(default)]
+    key_fields: Vec<String>,
+}
+
+/// A schema id's validator, or why its records cannot be read.
+type Ready = Result<Validator, String>;
+
+struct JsonSchemaParser {
+    seconds: bool,
+    time_field: String,
+    time_path: Vec<String>,
+    key_paths: Vec<Vec<String>>,
+    /// By schema id. A mutex only because a parser must be `Sync`; an instance runs one call at
+    /// a time.
+    validators: Mutex<HashMap<u32, Ready>>,
+}
+
+fn path(p: &str) -> Vec<String> {
+    p.split('.').map(String::from).collect()
+}
+
+/// The schemas a schema references, by the name it references them with: `$ref`s to them are
+/// answered from here, and nothing is fetched from anywhere.
+struct References(Vec<(String, Value)>);
+
+impl Retrieve for References {
+    fn retrieve(&self, uri: &Uri<String>) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+        let wanted = uri.as_str();
+        self.0
+            .iter()
+            .find(|(name, _)| wanted == name || wanted.ends_with(&format!("/{name}")))
+            .map(|(_, v)| v.clone())
+            .ok_or_else(|| format!("{wanted} is not among the schema's references").into())
+    }
+}
+
+impl Parser for JsonSchemaParser {
+    fn new(config: &Config) -> Result<Self, PluginError> {
+        let s: Settings = config.parse()?;
+        if s.key_fields.len() > MAX_KEY_FIELDS {
+            return Err(PluginError::InvalidConfig(format!(
+                "key_fields: {} fields; at most {MAX_KEY_FIELDS}",
+                s.key_fields.len()
+            )));
+        }
+        if !registry::granted() {
+            return Err(PluginError::InvalidConfig(
+                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
+                 pipeline a [registry]"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            seconds: s.time_unit == Unit::S,
+            time_path: path(&s.time_field),
+            key_paths: s.key_fields.iter().map(|k| path(k)).collect(),
+            time_field: s.time_field,
+            validators: Mutex::default(),
+        })
+    }
+
+    fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
+        let (id, payload) = registry::unframe(record.value)?;
+        let mut validators = self.validators.lock().unwrap_or_else(|p| p.into_inner());
+        let ready = match validators.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(compile(id)?),
+        };
+        let validator = ready.as_ref().map_err(|why| RecordError::malformed(format!("schema id {id}: {why}")))?;
+        let row: Value = serde_json::from_slice(payload)
+            .map_err(|e| RecordError::malformed(format!("schema id {id}: the payload is not JSON: {e}")))?;
+        if !row.is_object() {
+            return Err(RecordError::invalid_value(format!("schema id {id}: the payload is not a JSON object")));
+        }
+        if let Err(e) = validator.validate(&row) {
+            let at = e.instance_path().to_string();
+            let at = if at.is_empty() { "the row".to_string() } else { format!("`{at}`") };
+            return Err(RecordError::invalid_value(format!("schema id {id}: {at}: {e}")));
+        }
+        let time = lookup(&row, &self.time_path).ok_or_else(|| RecordError::missing_field(&self.time_field))?;
+        let time = event_time(time, self.seconds, &self.time_field).map_err(RecordError::invalid_value)?;
+        if self.key_paths.is_empty() {
+            return out.emit_json(time, None, payload);
+        }
+        let mut key = Vec::new();
+        for (i, p) in self.key_paths.iter().enumerate() {
+            if i > 0 {
+                key.push(b'|');
+            }
+            key_text(lookup(&row, p), &mut key);
+        }
+        out.emit_json(time, Some(&key), payload)
+    }
+}
+
+/// Schema `id`'s validator; `Err` inside for an id whose records are dead letters, `Err`
+/// outside for a registry the plugin cannot use.
+fn compile(id: u32) -> Result<Ready, RecordError> {
+    let schema = match registry::schema_by_id(id) {
+        Ok(s) => s,
+        Err(RegistryError::NotFound(_)) => return Ok(Err("not in the schema registry".into())),
+        Err(e) => return Err(RecordError::malformed(format!("schema id {id}: {e}"))),
+    };
+    if schema.schema_type != SchemaType::Json {
+        return Ok(Err(format!("it is {}, and this parser reads JSON Schema", schema.schema_type.name())));
+    }
+    let Ok(text) = serde_json::from_str::<Value>(&schema.text) else {
+        return Ok(Err("its schema is not JSON".into()));
+    };
+    let mut refs = Vec::new();
+    for (name, t) in &schema.references {
+        match serde_json::from_str(t) {
+            Ok(v) => refs.push((name.clone(), v)),
+            Err(e) => return Ok(Err(format!("reference {name:?} is not JSON: {e}"))),
+        }
+    }
+    let mut options = jsonschema::options().with_retriever(References(refs));
+    // Confluent's serializers write draft-07 schemas, and say so; one that does not say is
+    // taken as draft-07 too.
+    if text.get("$schema").is_none() {
+        options = options.with_draft(Draft::Draft7);
+    }
+    Ok(options.build(&text).map_err(|e| format!("not a JSON Schema: {e}")))
+}
+
+export_plugin!(parser: JsonSchemaParser);
+
+#[cfg(test)]
+mod tests;

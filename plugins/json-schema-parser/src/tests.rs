@@ -1,0 +1,66 @@
+use super::*;
+use weir_guest::registry::Schema as Served;
+use weir_guest::testing::{run_parser, serve_schemas};
+
+const ORDER: &str = r#"{"$schema":"http://json-schema.org/draft-07/schema#","title":"Order","type":"object",
+  "properties":{"order_id":{"type":"integer"},"status":{"enum":["OK","ERROR"]},"order_ts":{"type":"integer"},
+  "user":{"$ref":"user.json"}},"required":["order_id","order_ts"]}"#;
+const USER: &str = r#"{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}"#;
+
+fn serve() {
+    serve_schemas(
+        vec![
+            Served {
+                id: 4,
+                schema_type: SchemaType::Json,
+                text: ORDER.into(),
+                references: vec![("user.json".into(), USER.into())],
+            },
+            Served { id: 5, schema_type: SchemaType::Avro, text: "\"long\"".into(), references: vec![] },
+        ],
+        vec![],
+    );
+}
+
+fn framed(id: u32, json: &str) -> Vec<u8> {
+    let mut v = vec![0];
+    v.extend_from_slice(&id.to_be_bytes());
+    v.extend_from_slice(json.as_bytes());
+    v
+}
+
+#[test]
+fn a_record_the_schema_accepts_is_its_row() {
+    serve();
+    let row = r#"{"order_id":1,"status":"OK","order_ts":1700000000000,"user":{"id":"u7"}}"#;
+    let config = r#"{"time_field":"order_ts","key_fields":["user.id"]}"#;
+    let (events, errors) = run_parser::<JsonSchemaParser>(config, &[&framed(4, row)]).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!((events[0].time, events[0].key.as_deref()), (1_700_000_000_000, Some(&b"u7"[..])));
+    assert_eq!(events[0].row, row.as_bytes());
+}
+
+#[test]
+fn what_the_schema_refuses_is_a_dead_letter_naming_where() {
+    serve();
+    let records = [
+        framed(4, r#"{"order_id":"one","order_ts":1}"#),
+        framed(4, r#"{"order_id":1,"order_ts":1,"user":{}}"#),
+        framed(4, r#"{"order_id":1}"#),
+        framed(4, "[1]"),
+        framed(4, "{not json"),
+        framed(5, "{}"),
+        framed(77, "{}"),
+    ];
+    let records: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    let (events, errors) = run_parser::<JsonSchemaParser>(r#"{"time_field":"order_ts"}"#, &records).unwrap();
+    assert!(events.is_empty());
+    let said: Vec<&str> = errors.iter().map(|e| e.message.as_str()).collect();
+    assert!(said[0].starts_with("schema id 4: `/order_id`:"), "{said:?}");
+    assert!(said[1].starts_with("schema id 4: `/user`:") && said[1].contains("id"), "{said:?}");
+    assert!(said[2].contains("order_ts"), "{said:?}");
+    assert!(said[3].contains("not a JSON object"), "{said:?}");
+    assert!(said[4].contains("not JSON"), "{said:?}");
+    assert!(said[5].contains("schema id 5: it is Avro, and this parser reads JSON Schema"), "{said:?}");
+    assert!(said[6].contains("schema id 77: not in the schema registry"), "{said:?}");
+}

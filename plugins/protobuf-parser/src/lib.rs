@@ -1,0 +1,192 @@
+//! The standard Protobuf parser: records in the Confluent wire format for Protobuf (magic byte
+//! 0, a 4-byte schema id, the message indexes naming which message of the schema, then the
+//! message), each decoded with the schema its id names in the pipeline's schema registry and
+//! passed on as a JSON row in Protobuf's JSON mapping, with the `.proto` field names and 64-bit
+//! integers as numbers (so an `int64` epoch can be the event time; a
+//! `google.protobuf.Timestamp` is RFC 3339 text, which can be too). Event time and key come
+//! from `time_field` and `key_fields`, by `json_parser`'s rules (`weir_schema::rows`).
+//!
+//! A registry may hold a schema as `.proto` text (compiled here, with its references as the
+//! files it imports and Google's well-known types) or as a base64 `FileDescriptorProto` (what
+//! Confluent's Python serializer registers); both are read.
+//!
+//! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
+//! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
+//! [`MAX_KEY_FIELDS`] field paths).
+//!
+//! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
+//! is not Protobuf, whose message indexes name no message, or whose bytes do not decode is that
+//! record's dead letter, with its schema id and why.
+//!
+//! Invariant: a schema is compiled once per instance, whatever the number of records.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use prost_reflect::{DescriptorPool, DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
+use serde::Deserialize;
+use weir_guest::registry::{self, RegistryError, SchemaType};
+use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
+use weir_schema::rows::{event_time, key_text, lookup};
+
+mod descriptors;
+
+/// The most `key_fields`.
+const MAX_KEY_FIELDS: usize = 4;
+/// The most message indexes a record may carry (nesting depth of the message it names).
+const MAX_INDEXES: usize = 32;
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum Unit {
+    #[default]
+    Ms,
+    S,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Settings {
+    time_field: String,
+    #[serde(default)]
+    time_unit: Unit,
+    #[serde(default)]
+    key_fields: Vec<String>,
+}
+
+/// A schema id's file, or why its records cannot be read.
+type Ready = Result<FileDescriptor, String>;
+
+struct ProtobufParser {
+    seconds: bool,
+    time_field: String,
+    time_path: Vec<String>,
+    key_paths: Vec<Vec<String>>,
+    /// By schema id. A mutex only because a parser must be `Sync`.
+    files: Mutex<HashMap<u32, Ready>>,
+    json: SerializeOptions,
+}
+
+fn path(p: &str) -> Vec<String> {
+    p.split('.').map(String::from).collect()
+}
+
+impl Parser for ProtobufParser {
+    fn new(config: &Config) -> Result<Self, PluginError> {
+        let s: Settings = config.parse()?;
+        if s.key_fields.len() > MAX_KEY_FIELDS {
+            return Err(PluginError::InvalidConfig(format!(
+                "key_fields: {} fields; at most {MAX_KEY_FIELDS}",
+                s.key_fields.len()
+            )));
+        }
+        if !registry::granted() {
+            return Err(PluginError::InvalidConfig(
+                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
+                 pipeline a [registry]"
+                    .into(),
+            ));
+        }
+        Ok(Self {
+            seconds: s.time_unit == Unit::S,
+            time_path: path(&s.time_field),
+            key_paths: s.key_fields.iter().map(|k| path(k)).collect(),
+            time_field: s.time_field,
+            files: Mutex::default(),
+            json: SerializeOptions::new()
+                .stringify_64_bit_integers(false)
+                .use_proto_field_name(true)
+                .skip_default_fields(false),
+        })
+    }
+
+    fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
+        let (id, mut payload) = registry::unframe(record.value)?;
+        let bad = |why: String| RecordError::malformed(format!("schema id {id}: {why}"));
+        let indexes = message_indexes(&mut payload).map_err(bad)?;
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        let ready = match files.entry(id) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(file_of(id)?),
+        };
+        let file = ready.as_ref().map_err(|why| bad(why.clone()))?;
+        let message = message_at(file, &indexes).map_err(bad)?;
+        let decoded = DynamicMessage::decode(message.clone(), payload)
+            .map_err(|e| bad(format!("the bytes do not decode as {}: {e}", message.full_name())))?;
+        let row = decoded
+            .serialize_with_options(serde_json::value::Serializer, &self.json)
+            .map_err(|e| bad(format!("{} has no JSON form: {e}", message.full_name())))?;
+        let time = lookup(&row, &self.time_path).ok_or_else(|| RecordError::missing_field(&self.time_field))?;
+        let time = event_time(time, self.seconds, &self.time_field).map_err(RecordError::invalid_value)?;
+        let text = serde_json::to_vec(&row).map_err(|e| bad(e.to_string()))?;
+        if self.key_paths.is_empty() {
+            return out.emit_json(time, None, &text);
+        }
+        let mut key = Vec::new();
+        for (i, p) in self.key_paths.iter().enumerate() {
+            if i > 0 {
+                key.push(b'|');
+            }
+            key_text(lookup(&row, p), &mut key);
+        }
+        out.emit_json(time, Some(&key), &text)
+    }
+}
+
+/// The message indexes at the front of a Protobuf record's payload: a count, then that many
+/// indexes, zigzag varints; a count of 0 stands for `[0]` (the first message).
+fn message_indexes(payload: &mut &[u8]) -> Result<Vec<usize>, String> {
+    let count = varint(payload)?;
+    if count == 0 {
+        return Ok(vec![0]);
+    }
+    let count = usize::try_from(count).ok().filter(|&c| c <= MAX_INDEXES);
+    let count = count.ok_or_else(|| format!("a message index list longer than {MAX_INDEXES}, or negative"))?;
+    (0..count)
+        .map(|_| varint(payload).and_then(|i| usize::try_from(i).map_err(|_| format!("message index {i}"))))
+        .collect()
+}
+
+fn varint(bytes: &mut &[u8]) -> Result<i64, String> {
+    let mut z: u64 = 0;
+    for i in 0..10 {
+        let Some((&b, rest)) = bytes.split_first() else { return Err("the message indexes are cut short".into()) };
+        *bytes = rest;
+        z |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(((z >> 1) as i64) ^ -((z & 1) as i64));
+        }
+    }
+    Err("a message index runs past 10 bytes".into())
+}
+
+/// The message the indexes name: the file's top-level message `indexes[0]`, then nested ones.
+fn message_at(file: &FileDescriptor, indexes: &[usize]) -> Result<MessageDescriptor, String> {
+    let mut at = file.messages().nth(indexes[0]);
+    for &i in &indexes[1..] {
+        at = at.and_then(|m| m.child_messages().nth(i));
+    }
+    at.ok_or_else(|| format!("message indexes {indexes:?} name no message of {}", file.name()))
+}
+
+/// Schema `id`'s file; `Err` inside for an id whose records are dead letters, `Err` outside for
+/// a registry the plugin cannot use.
+fn file_of(id: u32) -> Result<Ready, RecordError> {
+    let schema = match registry::schema_by_id(id) {
+        Ok(s) => s,
+        Err(RegistryError::NotFound(_)) => return Ok(Err("not in the schema registry".into())),
+        Err(e) => return Err(RecordError::malformed(format!("schema id {id}: {e}"))),
+    };
+    if schema.schema_type != SchemaType::Protobuf {
+        return Ok(Err(format!("it is {}, and this parser reads Protobuf", schema.schema_type.name())));
+    }
+    let pool: Result<(DescriptorPool, String), String> = descriptors::pool(id, &schema.text, &schema.references);
+    Ok(pool.and_then(|(pool, name)| {
+        pool.get_file_by_name(&name).ok_or_else(|| format!("its file {name} is missing from what it compiled to"))
+    }))
+}
+
+export_plugin!(parser: ProtobufParser);
+
+#[cfg(test)]
+mod tests;
