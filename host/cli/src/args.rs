@@ -69,8 +69,9 @@ pub(super) enum Command {
     Inspect(Inspect),
     /// Capture a Kafka topic's records into the recorded-events format, for `weir test`.
     Record(Record),
-    /// Types for a plugin from an Avro schema (`.avsc`): the rows the standard Avro parser
-    /// writes, as Rust structs (serde) or Python dataclasses, printed (or written to --out).
+    /// Types for a plugin from an Avro schema (`.avsc`) or a `.proto` file: the rows the
+    /// standard parsers write, as Rust structs (serde) or Python dataclasses, printed (or
+    /// written to --out).
     Schema {
         #[arg(value_enum)]
         lang: SchemaLang,
@@ -342,9 +343,9 @@ pub(super) struct New {
     /// $WEIR_GUEST_SDK, else the published `weir-guest` crate).
     #[arg(long)]
     pub sdk: Option<PathBuf>,
-    /// An Avro schema (`.avsc`) of the rows the plugin works on: its types are written into the
+    /// An Avro schema (`.avsc`) or a `.proto` file of the rows the plugin works on: its types are written into the
     /// project (`src/schema.rs`, or `schema.py`), as `weir schema` writes them.
-    #[arg(long, value_name = "FILE.avsc")]
+    #[arg(long, value_name = "FILE.avsc|FILE.proto")]
     pub schema: Option<PathBuf>,
 }
 

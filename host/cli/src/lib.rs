@@ -290,13 +290,19 @@ fn record_command(a: args::Record) -> Result<Exit> {
 /// `weir schema`: types from an Avro schema file.
 fn schema_command(lang: args::SchemaLang, schema: &std::path::Path, out: Option<&std::path::Path>) -> Result<Exit> {
     use weir_schema::avro::{Names, codegen};
-    let text = std::fs::read_to_string(schema).with_context(|| format!("cannot read {}", schema.display()))?;
-    let parsed = weir_schema::avro::parse(&text, &[]).map_err(|e| exit::Usage(format!("{}: {e}", schema.display())))?;
     let lang = match lang {
         args::SchemaLang::Rust => codegen::Lang::Rust,
         args::SchemaLang::Python => codegen::Lang::Python,
     };
-    let code = codegen::generate(&parsed, &Names::of([&parsed]), lang);
+    let code = if schema.extension().is_some_and(|e| e == "proto") {
+        weir_schema::proto_codegen::generate(schema, lang)
+            .map_err(|e| exit::Usage(format!("{}: {e}", schema.display())))?
+    } else {
+        let text = std::fs::read_to_string(schema).with_context(|| format!("cannot read {}", schema.display()))?;
+        let parsed =
+            weir_schema::avro::parse(&text, &[]).map_err(|e| exit::Usage(format!("{}: {e}", schema.display())))?;
+        codegen::generate(&parsed, &Names::of([&parsed]), lang)
+    };
     match out {
         Some(path) => std::fs::write(path, code).with_context(|| format!("cannot write {}", path.display()))?,
         None => print!("{code}"),

@@ -28,6 +28,8 @@ mod config;
 pub mod json_schema;
 pub mod limits;
 #[cfg(feature = "registry")]
+pub mod proto_codegen;
+#[cfg(feature = "registry")]
 pub mod protobuf;
 #[cfg(feature = "registry")]
 mod registry;

@@ -99,10 +99,14 @@ pub(super) struct NewArgs {
 /// The row types of `schema` (an `.avsc`), as a source file of `lang`.
 fn schema_types(schema: &Path, lang: Lang) -> Result<String> {
     use weir_schema::avro::{Names, codegen};
+    let lang = if lang == Lang::Rust { codegen::Lang::Rust } else { codegen::Lang::Python };
+    if schema.extension().is_some_and(|e| e == "proto") {
+        return Ok(weir_schema::proto_codegen::generate(schema, lang)
+            .map_err(|e| Usage(format!("--schema {}: {e}", schema.display())))?);
+    }
     let text = std::fs::read_to_string(schema).with_context(|| format!("cannot read --schema {}", schema.display()))?;
     let parsed =
         weir_schema::avro::parse(&text, &[]).map_err(|e| Usage(format!("--schema {}: {e}", schema.display())))?;
-    let lang = if lang == Lang::Rust { codegen::Lang::Rust } else { codegen::Lang::Python };
     Ok(codegen::generate(&parsed, &Names::of([&parsed]), lang))
 }
 
