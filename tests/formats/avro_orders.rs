@@ -87,7 +87,8 @@ fn recorded_with_their_schemas_they_replay_with_no_registry(
         component("avro_parser").display()
     );
     std::fs::write(&p, text).unwrap();
-    let out = ok(weir().arg("test").arg(&p).arg("--events").arg(&rec).output().unwrap());
+    // `--events` relative to where the test runs: the schemas file is found beside it there.
+    let out = ok(weir().arg("test").arg(&p).args(["--events", "recorded.jsonl"]).current_dir(dir).output().unwrap());
     let rows = json_lines(&String::from_utf8(out.stdout).unwrap());
     assert_eq!(rows.len(), 200, "every recorded record a row");
     assert!(rows.iter().all(|r| r["order_id"].as_u64().is_some() && r["status"].is_string()), "{:?}", rows[0]);

@@ -203,7 +203,9 @@ pub(super) fn replay(mut p: Pipeline, events: &Path) -> Pipeline {
             retry_for: None,
             timeout: None,
         };
-        if let Ok(offline) = file.validate(Path::new("/")) {
+        // Relative to where `weir test` runs, as `--events` is.
+        let here = std::env::current_dir().unwrap_or_default();
+        if let Ok(offline) = file.validate(&here) {
             eprintln!("schemas from {}", offline.url.trim_start_matches("file:"));
             p = p.with_registry(offline);
         }
