@@ -11,17 +11,12 @@ use apache_avro::types::Value;
 use apache_avro::{Decimal, Schema};
 
 use super::Names;
+use super::read::{MAX_DEPTH, block, err, int, length, long, take};
 
 /// Why bytes are not a value of the schema.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct DecodeError(pub String);
-
-/// How deep values may nest (a recursive schema could otherwise take the stack).
-const MAX_DEPTH: usize = 64;
-/// The most items a record's arrays and maps may hold together: items of `null` take no bytes,
-/// so a count alone could otherwise ask for any amount of memory.
-const MAX_ITEMS: usize = 1 << 20;
 
 /// Decodes one value of `schema` from the front of `bytes`, leaving the rest.
 pub fn decode(schema: &Schema, names: &Names, bytes: &mut &[u8]) -> Result<Value, DecodeError> {
@@ -32,46 +27,6 @@ pub fn decode(schema: &Schema, names: &Names, bytes: &mut &[u8]) -> Result<Value
 struct Reader<'a> {
     names: &'a Names,
     items: &'a mut usize,
-}
-
-fn err<T>(m: impl Into<String>) -> Result<T, DecodeError> {
-    Err(DecodeError(m.into()))
-}
-
-fn take<'b>(bytes: &mut &'b [u8], n: usize, what: &str) -> Result<&'b [u8], DecodeError> {
-    if bytes.len() < n {
-        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
-    }
-    let (head, rest) = bytes.split_at(n);
-    *bytes = rest;
-    Ok(head)
-}
-
-fn long(bytes: &mut &[u8]) -> Result<i64, DecodeError> {
-    let mut z: u64 = 0;
-    for i in 0..10 {
-        let Some((&b, rest)) = bytes.split_first() else { return err("a number is cut short") };
-        *bytes = rest;
-        z |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(((z >> 1) as i64) ^ -((z & 1) as i64));
-        }
-    }
-    err("a number runs past 10 bytes")
-}
-
-fn int(bytes: &mut &[u8]) -> Result<i32, DecodeError> {
-    let n = long(bytes)?;
-    i32::try_from(n).or_else(|_| err(format!("{n} does not fit an int")))
-}
-
-fn length(bytes: &mut &[u8], what: &str) -> Result<usize, DecodeError> {
-    let n = long(bytes)?;
-    let n = usize::try_from(n).or_else(|_| err(format!("{what}: a negative length ({n})")))?;
-    if n > bytes.len() {
-        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
-    }
-    Ok(n)
 }
 
 impl Reader<'_> {
@@ -185,28 +140,16 @@ impl Reader<'_> {
         String::from_utf8(b.to_vec()).or_else(|_| err("a string is not UTF-8"))
     }
 
-    /// Array and map blocks: a count (negative: then a byte size), items, until a count of 0.
+    /// Array and map blocks: `item` for each item, until a count of 0.
     fn blocks(
         &mut self,
         bytes: &mut &[u8],
         mut item: impl FnMut(&mut Self, &mut &[u8]) -> Result<(), DecodeError>,
     ) -> Result<(), DecodeError> {
         loop {
-            let mut count = long(bytes)?;
-            if count == 0 {
-                return Ok(());
-            }
-            if count < 0 {
-                count = count.checked_neg().ok_or_else(|| DecodeError("a block count out of range".into()))?;
-                length(bytes, "a block")?;
-            }
-            let count = usize::try_from(count).unwrap_or(usize::MAX);
-            *self.items = self.items.saturating_add(count);
-            if *self.items > MAX_ITEMS {
-                return err(format!("more than {MAX_ITEMS} array or map items"));
-            }
-            for _ in 0..count {
-                item(self, bytes)?;
+            match block(bytes, self.items)? {
+                0 => return Ok(()),
+                n => (0..n).try_for_each(|_| item(self, bytes))?,
             }
         }
     }

@@ -14,6 +14,7 @@ use apache_avro::schema::{InnerDecimalSchema, UuidSchema};
 
 use super::Names;
 use super::decode::DecodeError;
+use super::read::{MAX_DEPTH, block, err, int, length, long, take};
 
 /// Where a wanted field's value is in the row, and what it is.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -36,11 +37,6 @@ pub enum Number {
     /// A number that is no instant: a `date`, a `time-millis`, a `time-micros`.
     NotATime(i64),
 }
-
-/// How deep values may nest.
-const MAX_DEPTH: usize = 64;
-/// The most array and map items in one record (`decode.rs`'s bound).
-const MAX_ITEMS: usize = 1 << 20;
 
 /// Decodes one value of `schema` from the front of `bytes` as JSON onto `out`; fills `found[i]`
 /// for the field at `paths[i]` (a path of record field names from the top).
@@ -74,50 +70,6 @@ struct Writer<'a, 's> {
 
 /// The deepest field a path may name (`a.b.c` is 3): deeper values are written, never noted.
 pub const MAX_PATH: usize = 8;
-
-fn err<T>(m: impl Into<String>) -> Result<T, DecodeError> {
-    Err(DecodeError(m.into()))
-}
-
-fn take<'b>(bytes: &mut &'b [u8], n: usize, what: &str) -> Result<&'b [u8], DecodeError> {
-    if bytes.len() < n {
-        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
-    }
-    let (head, rest) = bytes.split_at(n);
-    *bytes = rest;
-    Ok(head)
-}
-
-#[inline]
-fn long(bytes: &mut &[u8]) -> Result<i64, DecodeError> {
-    let mut z: u64 = 0;
-    for i in 0..10 {
-        let Some((&b, rest)) = bytes.split_first() else { return err("a number is cut short") };
-        *bytes = rest;
-        z |= u64::from(b & 0x7f) << (7 * i);
-        if b & 0x80 == 0 {
-            return Ok(((z >> 1) as i64) ^ -((z & 1) as i64));
-        }
-    }
-    err("a number runs past 10 bytes")
-}
-
-fn int(bytes: &mut &[u8]) -> Result<i64, DecodeError> {
-    let n = long(bytes)?;
-    if i32::try_from(n).is_err() {
-        return err(format!("{n} does not fit an int"));
-    }
-    Ok(n)
-}
-
-fn length(bytes: &mut &[u8], what: &str) -> Result<usize, DecodeError> {
-    let n = long(bytes)?;
-    let n = usize::try_from(n).or_else(|_| err(format!("{what}: a negative length ({n})")))?;
-    if n > bytes.len() {
-        return err(format!("{what}: {n} bytes wanted, {} left", bytes.len()));
-    }
-    Ok(n)
-}
 
 fn string(s: &str, out: &mut Vec<u8>) {
     // Most field names and values need no escape: copied as they are, without serde's writer.
@@ -184,7 +136,7 @@ impl<'s> Writer<'_, 's> {
                 None
             }
             Schema::Int | Schema::Date | Schema::TimeMillis => {
-                let n = int(bytes)?;
+                let n = i64::from(int(bytes)?);
                 out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
                 Some(if matches!(s, Schema::Int) { Number::Int(n) } else { Number::NotATime(n) })
             }
@@ -346,21 +298,9 @@ impl<'s> Writer<'_, 's> {
         mut item: impl FnMut(&mut Self, &mut &[u8]) -> Result<(), DecodeError>,
     ) -> Result<(), DecodeError> {
         loop {
-            let mut count = long(bytes)?;
-            if count == 0 {
-                return Ok(());
-            }
-            if count < 0 {
-                count = count.checked_neg().ok_or_else(|| DecodeError("a block count out of range".into()))?;
-                length(bytes, "a block")?;
-            }
-            let count = usize::try_from(count).unwrap_or(usize::MAX);
-            self.items = self.items.saturating_add(count);
-            if self.items > MAX_ITEMS {
-                return err(format!("more than {MAX_ITEMS} array or map items"));
-            }
-            for _ in 0..count {
-                item(self, bytes)?;
+            match block(bytes, &mut self.items)? {
+                0 => return Ok(()),
+                n => (0..n).try_for_each(|_| item(self, bytes))?,
             }
         }
     }

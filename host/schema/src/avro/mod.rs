@@ -10,6 +10,7 @@ mod decode;
 mod direct;
 mod encode;
 mod json;
+mod read;
 
 pub use compat::{Level, Refusal, check, check_reader};
 pub use decode::{DecodeError, decode};
