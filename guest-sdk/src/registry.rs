@@ -84,6 +84,19 @@ pub fn schema_by_id(id: u32) -> Result<Schema, RegistryError> {
     imp::by_id(id)
 }
 
+/// `Ok` if the stage may reach the registry; else the `invalid-config` error that says how to
+/// grant it, for a plugin that reads schemas to return from `new`.
+pub fn require_grant() -> Result<(), crate::PluginError> {
+    if granted() {
+        return Ok(());
+    }
+    Err(crate::PluginError::InvalidConfig(
+        "this parser reads schemas from the registry: give its stage grants.registry = true, and the pipeline \
+         a [registry]"
+            .into(),
+    ))
+}
+
 /// Whether the stage may reach the registry (`grants.registry = true` and a `[registry]`):
 /// check it in `new`, so a pipeline without the grant is refused at start-up rather than
 /// dead-lettering every record. Reaches no registry.

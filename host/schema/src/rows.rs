@@ -4,7 +4,87 @@
 //! fractions allowed) or RFC 3339 text; a key field's text is a string's own, any other
 //! value's JSON text; a path goes through objects (`meta.at`).
 
+use serde::Deserialize;
 use serde_json::Value;
+
+/// The most `key_fields` a standard parser takes.
+pub const MAX_KEY_FIELDS: usize = 4;
+
+/// `time_unit`: how a time field that is a plain number reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Epoch milliseconds.
+    #[default]
+    Ms,
+    /// Epoch seconds, fractions allowed.
+    S,
+}
+
+/// The config of a standard parser that takes nothing else: `time_field`, `time_unit`,
+/// `key_fields`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    pub time_field: String,
+    #[serde(default)]
+    pub time_unit: TimeUnit,
+    #[serde(default)]
+    pub key_fields: Vec<String>,
+}
+
+/// Where a row's event time and key are, checked: at most [`MAX_KEY_FIELDS`] key fields, none
+/// of them the time field; each a path of field names.
+#[derive(Debug, Clone)]
+pub struct EventFields {
+    pub time_field: String,
+    pub unit: TimeUnit,
+    pub time: Vec<String>,
+    pub keys: Vec<Vec<String>>,
+}
+
+/// Why a row has no event: its time field is missing, or a value is not what it must be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventError {
+    Missing(String),
+    Invalid(String),
+}
+
+impl EventFields {
+    /// The fields, or what is wrong with them as config (the key's name first).
+    pub fn new(time_field: &str, unit: TimeUnit, key_fields: &[String]) -> Result<Self, String> {
+        if key_fields.len() > MAX_KEY_FIELDS {
+            return Err(format!("key_fields: {} fields; at most {MAX_KEY_FIELDS}", key_fields.len()));
+        }
+        if let Some(dup) = key_fields.iter().find(|k| *k == time_field) {
+            return Err(format!("key_fields: {dup:?} is the time_field"));
+        }
+        let path = |p: &str| p.split('.').map(String::from).collect::<Vec<_>>();
+        Ok(Self {
+            time_field: time_field.to_string(),
+            unit,
+            time: path(time_field),
+            keys: key_fields.iter().map(|k| path(k)).collect(),
+        })
+    }
+
+    /// The event time (epoch ms) and key (`None` without key fields) of a decoded row.
+    pub fn event(&self, row: &Value) -> Result<(i64, Option<Vec<u8>>), EventError> {
+        let time = lookup(row, &self.time).ok_or_else(|| EventError::Missing(self.time_field.clone()))?;
+        let time = event_time(time, self.unit == TimeUnit::S, &self.time_field).map_err(EventError::Invalid)?;
+        if self.keys.is_empty() {
+            return Ok((time, None));
+        }
+        let mut key = Vec::new();
+        for (i, p) in self.keys.iter().enumerate() {
+            if i > 0 {
+                key.push(b'|');
+            }
+            key_text(lookup(row, p), &mut key);
+        }
+        Ok((time, Some(key)))
+    }
+}
 
 /// The value at `path` (field names from the top), `None` if absent or `null`.
 pub fn lookup<'v>(value: &'v Value, path: &[String]) -> Option<&'v Value> {
@@ -81,5 +161,11 @@ mod tests {
         key_text(lookup(&row, &p("n")), &mut k);
         key_text(lookup(&row, &p("missing")), &mut k);
         assert_eq!(k, b"u17null");
+        let f = EventFields::new("meta.at", TimeUnit::Ms, &["k".into(), "n".into()]).unwrap();
+        assert_eq!(f.event(&row), Ok((1_793_487_600_500, Some(b"u1|7".to_vec()))));
+        let f = EventFields::new("gone", TimeUnit::Ms, &[]).unwrap();
+        assert_eq!(f.event(&row), Err(EventError::Missing("gone".into())));
+        assert!(EventFields::new("t", TimeUnit::Ms, &["t".into()]).unwrap_err().contains("is the time_field"));
+        assert!(EventFields::new("t", TimeUnit::Ms, &vec!["k".into(); 5]).unwrap_err().contains("at most 4"));
     }
 }

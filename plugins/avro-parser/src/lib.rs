@@ -7,7 +7,7 @@
 //!
 //! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
 //! - `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
-//!   [`MAX_KEY_FIELDS`] field paths, `a.b` inside a record): as `json_parser`'s. A time field
+//!   `MAX_KEY_FIELDS` field paths, `a.b` inside a record): as `json_parser`'s. A time field
 //!   may be a `long` or `int` (epoch ms, or s), a `timestamp-millis`, a `timestamp-micros`
 //!   (taken to ms), a `double` of seconds with `time_unit = "s"`, or an RFC 3339 `string`.
 //! - `reader_subject` and `reader_version`: the reader schema, a fixed version of a subject
@@ -32,24 +32,14 @@ use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
 use weir_schema::avro::{Found, MAX_PATH, Names, Number, decode, decode_json, write_json};
-
-/// The most `key_fields`.
-const MAX_KEY_FIELDS: usize = 4;
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Unit {
-    #[default]
-    Ms,
-    S,
-}
+use weir_schema::rows::{EventFields, MAX_KEY_FIELDS, TimeUnit};
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Settings {
     time_field: String,
     #[serde(default)]
-    time_unit: Unit,
+    time_unit: TimeUnit,
     #[serde(default)]
     key_fields: Vec<String>,
     reader_subject: Option<String>,
@@ -72,21 +62,14 @@ struct Reader {
 type Ready = Result<Writer, String>;
 
 struct AvroParser {
-    unit: Unit,
-    time_path: Vec<String>,
-    key_paths: Vec<Vec<String>>,
+    fields: EventFields,
     /// The time path, then the key paths: what the direct decoder notes.
     wanted: Vec<Vec<String>>,
-    time_field: String,
     reader: Option<Reader>,
     /// By schema id. A mutex only because a parser must be `Sync`: an instance runs one call
     /// at a time, so it is never contended.
     decoders: Mutex<HashMap<u32, Ready>>,
     row: Mutex<Vec<u8>>,
-}
-
-fn path(p: &str) -> Vec<String> {
-    p.split('.').map(String::from).collect()
 }
 
 /// A schema and its references, parsed.
@@ -101,22 +84,8 @@ fn parse_schema(s: &registry::Schema) -> Result<(Schema, Vec<Schema>), String> {
 impl Parser for AvroParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
         let s: Settings = config.parse()?;
-        if s.key_fields.len() > MAX_KEY_FIELDS {
-            return Err(PluginError::InvalidConfig(format!(
-                "key_fields: {} fields; at most {MAX_KEY_FIELDS}",
-                s.key_fields.len()
-            )));
-        }
-        if let Some(dup) = s.key_fields.iter().find(|k| **k == s.time_field) {
-            return Err(PluginError::InvalidConfig(format!("key_fields: {dup:?} is the time_field")));
-        }
-        if !registry::granted() {
-            return Err(PluginError::InvalidConfig(
-                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
-                 pipeline a [registry]"
-                    .into(),
-            ));
-        }
+        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        registry::require_grant()?;
         let reader = match (s.reader_subject, s.reader_version) {
             (None, None) => None,
             (Some(subject), Some(version)) => {
@@ -141,20 +110,15 @@ impl Parser for AvroParser {
                 ));
             }
         };
-        let time_path = path(&s.time_field);
-        let key_paths: Vec<Vec<String>> = s.key_fields.iter().map(|k| path(k)).collect();
-        if let Some(deep) = std::iter::once(&time_path).chain(&key_paths).find(|p| p.len() > MAX_PATH) {
+        if let Some(deep) = std::iter::once(&fields.time).chain(&fields.keys).find(|p| p.len() > MAX_PATH) {
             return Err(PluginError::InvalidConfig(format!(
                 "`{}`: a field path goes at most {MAX_PATH} records deep",
                 deep.join(".")
             )));
         }
         Ok(AvroParser {
-            unit: s.time_unit,
-            wanted: std::iter::once(time_path.clone()).chain(key_paths.iter().cloned()).collect(),
-            time_path,
-            key_paths,
-            time_field: s.time_field,
+            wanted: std::iter::once(fields.time.clone()).chain(fields.keys.iter().cloned()).collect(),
+            fields,
             reader,
             decoders: Mutex::default(),
             row: Mutex::default(),
@@ -193,11 +157,11 @@ impl Parser for AvroParser {
         let mut row = self.row.lock().unwrap_or_else(|p| p.into_inner());
         row.clear();
         write_json(read_as, names, &value, &mut row);
-        if self.key_paths.is_empty() {
+        if self.fields.keys.is_empty() {
             return out.emit_json(time, None, &row);
         }
         let mut key = Vec::new();
-        for (i, p) in self.key_paths.iter().enumerate() {
+        for (i, p) in self.fields.keys.iter().enumerate() {
             if i > 0 {
                 key.push(b'|');
             }
@@ -229,10 +193,10 @@ impl AvroParser {
         }
         let text = |f: &Found| &row[f.start..f.end];
         let time = match found[0].filter(|f| text(f) != b"null") {
-            None => return Err(RecordError::missing_field(&self.time_field)),
+            None => return Err(RecordError::missing_field(&self.fields.time_field)),
             Some(f) => self.direct_time(f, text(&f))?,
         };
-        if self.key_paths.is_empty() {
+        if self.fields.keys.is_empty() {
             return out.emit_json(time, None, &row);
         }
         let mut key = Vec::new();
@@ -255,12 +219,13 @@ impl AvroParser {
 
     /// Epoch milliseconds of a time field the direct decoder found (`text`: its JSON).
     fn direct_time(&self, f: Found, text: &[u8]) -> Result<i64, RecordError> {
-        let out_of_range = || RecordError::invalid_value(format!("time field `{}` is out of range", self.time_field));
-        match (f.number, self.unit) {
+        let out_of_range =
+            || RecordError::invalid_value(format!("time field `{}` is out of range", self.fields.time_field));
+        match (f.number, self.fields.unit) {
             (Some(Number::Timestamp(n, per_ms)), _) => Ok(n.div_euclid(per_ms)),
-            (Some(Number::Int(n)), Unit::Ms) => Ok(n),
-            (Some(Number::Int(n)), Unit::S) => n.checked_mul(1_000).ok_or_else(out_of_range),
-            (Some(Number::Float(s)), Unit::S) => seconds(s).ok_or_else(out_of_range),
+            (Some(Number::Int(n)), TimeUnit::Ms) => Ok(n),
+            (Some(Number::Int(n)), TimeUnit::S) => n.checked_mul(1_000).ok_or_else(out_of_range),
+            (Some(Number::Float(s)), TimeUnit::S) => seconds(s).ok_or_else(out_of_range),
             (None, _) if text.first() == Some(&b'"') => {
                 let s: String = serde_json::from_slice(text).map_err(|e| RecordError::invalid_value(e.to_string()))?;
                 let t = time::OffsetDateTime::parse(&s, &time::format_description::well_known::Rfc3339)
@@ -269,9 +234,9 @@ impl AvroParser {
             }
             _ => Err(RecordError::invalid_value(format!(
                 "time field `{}` is {}, not a time (a long of epoch {}, a timestamp, or RFC 3339 text)",
-                self.time_field,
+                self.fields.time_field,
                 String::from_utf8_lossy(text),
-                if self.unit == Unit::S { "seconds" } else { "milliseconds" }
+                if self.fields.unit == TimeUnit::S { "seconds" } else { "milliseconds" }
             ))),
         }
     }
@@ -303,18 +268,19 @@ impl AvroParser {
     }
 
     fn event_time(&self, value: &Value) -> Result<i64, RecordError> {
-        let v = lookup(value, &self.time_path).ok_or_else(|| RecordError::missing_field(&self.time_field))?;
-        let out_of_range = || RecordError::invalid_value(format!("time field `{}` is out of range", self.time_field));
-        match (v, self.unit) {
+        let v = lookup(value, &self.fields.time).ok_or_else(|| RecordError::missing_field(&self.fields.time_field))?;
+        let out_of_range =
+            || RecordError::invalid_value(format!("time field `{}` is out of range", self.fields.time_field));
+        match (v, self.fields.unit) {
             (Value::TimestampMillis(n) | Value::LocalTimestampMillis(n), _) => Ok(*n),
             (Value::TimestampMicros(n) | Value::LocalTimestampMicros(n), _) => Ok(n.div_euclid(1_000)),
             (Value::TimestampNanos(n) | Value::LocalTimestampNanos(n), _) => Ok(n.div_euclid(1_000_000)),
-            (Value::Long(n), Unit::Ms) => Ok(*n),
-            (Value::Int(n), Unit::Ms) => Ok(i64::from(*n)),
-            (Value::Long(n), Unit::S) => n.checked_mul(1_000).ok_or_else(out_of_range),
-            (Value::Int(n), Unit::S) => Ok(i64::from(*n) * 1_000),
-            (Value::Double(s), Unit::S) => seconds(*s).ok_or_else(out_of_range),
-            (Value::Float(s), Unit::S) => seconds(f64::from(*s)).ok_or_else(out_of_range),
+            (Value::Long(n), TimeUnit::Ms) => Ok(*n),
+            (Value::Int(n), TimeUnit::Ms) => Ok(i64::from(*n)),
+            (Value::Long(n), TimeUnit::S) => n.checked_mul(1_000).ok_or_else(out_of_range),
+            (Value::Int(n), TimeUnit::S) => Ok(i64::from(*n) * 1_000),
+            (Value::Double(s), TimeUnit::S) => seconds(*s).ok_or_else(out_of_range),
+            (Value::Float(s), TimeUnit::S) => seconds(f64::from(*s)).ok_or_else(out_of_range),
             (Value::String(s), _) => {
                 let t = time::OffsetDateTime::parse(s, &time::format_description::well_known::Rfc3339)
                     .map_err(|e| RecordError::invalid_value(format!("time {s:?} is not RFC 3339: {e}")))?;
@@ -322,9 +288,9 @@ impl AvroParser {
             }
             (other, _) => Err(RecordError::invalid_value(format!(
                 "time field `{}` is {}, not a time (a long of epoch {}, a timestamp, or RFC 3339 text)",
-                self.time_field,
+                self.fields.time_field,
                 kind(other),
-                if self.unit == Unit::S { "seconds" } else { "milliseconds" }
+                if self.fields.unit == TimeUnit::S { "seconds" } else { "milliseconds" }
             ))),
         }
     }

@@ -5,7 +5,7 @@
 //!
 //! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
 //! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
-//! [`MAX_KEY_FIELDS`] field paths).
+//! `weir_schema::rows::MAX_KEY_FIELDS` field paths).
 //!
 //! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
 //! is not JSON Schema, whose text is not a JSON object, or that the schema refuses is that
@@ -17,48 +17,19 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use jsonschema::{Draft, Retrieve, Uri, Validator};
-use serde::Deserialize;
 use serde_json::Value;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
-use weir_schema::rows::{event_time, key_text, lookup};
-
-/// The most `key_fields`.
-const MAX_KEY_FIELDS: usize = 4;
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Unit {
-    #[default]
-    Ms,
-    S,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    time_field: String,
-    #[serde(default)]
-    time_unit: Unit,
-    #[serde(default)]
-    key_fields: Vec<String>,
-}
+use weir_schema::rows::{EventError, EventFields, EventSettings};
 
 /// A schema id's validator, or why its records cannot be read.
 type Ready = Result<Validator, String>;
 
 struct JsonSchemaParser {
-    seconds: bool,
-    time_field: String,
-    time_path: Vec<String>,
-    key_paths: Vec<Vec<String>>,
+    fields: EventFields,
     /// By schema id. A mutex only because a parser must be `Sync`; an instance runs one call at
     /// a time.
     validators: Mutex<HashMap<u32, Ready>>,
-}
-
-fn path(p: &str) -> Vec<String> {
-    p.split('.').map(String::from).collect()
 }
 
 /// The schemas a schema references, by the name it references them with: `$ref`s to them are
@@ -78,27 +49,10 @@ impl Retrieve for References {
 
 impl Parser for JsonSchemaParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
-        let s: Settings = config.parse()?;
-        if s.key_fields.len() > MAX_KEY_FIELDS {
-            return Err(PluginError::InvalidConfig(format!(
-                "key_fields: {} fields; at most {MAX_KEY_FIELDS}",
-                s.key_fields.len()
-            )));
-        }
-        if !registry::granted() {
-            return Err(PluginError::InvalidConfig(
-                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
-                 pipeline a [registry]"
-                    .into(),
-            ));
-        }
-        Ok(Self {
-            seconds: s.time_unit == Unit::S,
-            time_path: path(&s.time_field),
-            key_paths: s.key_fields.iter().map(|k| path(k)).collect(),
-            time_field: s.time_field,
-            validators: Mutex::default(),
-        })
+        let s: EventSettings = config.parse()?;
+        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        registry::require_grant()?;
+        Ok(Self { fields, validators: Mutex::default() })
     }
 
     fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
@@ -119,19 +73,16 @@ impl Parser for JsonSchemaParser {
             let at = if at.is_empty() { "the row".to_string() } else { format!("`{at}`") };
             return Err(RecordError::invalid_value(format!("schema id {id}: {at}: {e}")));
         }
-        let time = lookup(&row, &self.time_path).ok_or_else(|| RecordError::missing_field(&self.time_field))?;
-        let time = event_time(time, self.seconds, &self.time_field).map_err(RecordError::invalid_value)?;
-        if self.key_paths.is_empty() {
-            return out.emit_json(time, None, payload);
-        }
-        let mut key = Vec::new();
-        for (i, p) in self.key_paths.iter().enumerate() {
-            if i > 0 {
-                key.push(b'|');
-            }
-            key_text(lookup(&row, p), &mut key);
-        }
-        out.emit_json(time, Some(&key), payload)
+        let (time, key) = self.fields.event(&row).map_err(record_error)?;
+        out.emit_json(time, key.as_deref(), payload)
+    }
+}
+
+/// A row without its event, as the record's error.
+fn record_error(e: EventError) -> RecordError {
+    match e {
+        EventError::Missing(field) => RecordError::missing_field(&field),
+        EventError::Invalid(why) => RecordError::invalid_value(why),
     }
 }
 

@@ -12,7 +12,7 @@
 //!
 //! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
 //! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
-//! [`MAX_KEY_FIELDS`] field paths).
+//! `weir_schema::rows::MAX_KEY_FIELDS` field paths).
 //!
 //! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
 //! is not Protobuf, whose message indexes name no message, or whose bytes do not decode is that
@@ -24,74 +24,32 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use prost_reflect::{DescriptorPool, DynamicMessage, FileDescriptor, MessageDescriptor, SerializeOptions};
-use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
-use weir_schema::rows::{event_time, key_text, lookup};
+use weir_schema::rows::{EventError, EventFields, EventSettings};
 
 mod descriptors;
 
-/// The most `key_fields`.
-const MAX_KEY_FIELDS: usize = 4;
 /// The most message indexes a record may carry (nesting depth of the message it names).
 const MAX_INDEXES: usize = 32;
-
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-enum Unit {
-    #[default]
-    Ms,
-    S,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    time_field: String,
-    #[serde(default)]
-    time_unit: Unit,
-    #[serde(default)]
-    key_fields: Vec<String>,
-}
 
 /// A schema id's file, or why its records cannot be read.
 type Ready = Result<FileDescriptor, String>;
 
 struct ProtobufParser {
-    seconds: bool,
-    time_field: String,
-    time_path: Vec<String>,
-    key_paths: Vec<Vec<String>>,
+    fields: EventFields,
     /// By schema id. A mutex only because a parser must be `Sync`.
     files: Mutex<HashMap<u32, Ready>>,
     json: SerializeOptions,
 }
 
-fn path(p: &str) -> Vec<String> {
-    p.split('.').map(String::from).collect()
-}
-
 impl Parser for ProtobufParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
-        let s: Settings = config.parse()?;
-        if s.key_fields.len() > MAX_KEY_FIELDS {
-            return Err(PluginError::InvalidConfig(format!(
-                "key_fields: {} fields; at most {MAX_KEY_FIELDS}",
-                s.key_fields.len()
-            )));
-        }
-        if !registry::granted() {
-            return Err(PluginError::InvalidConfig(
-                "this parser reads schemas from the registry: give its stage grants.registry = true, and the \
-                 pipeline a [registry]"
-                    .into(),
-            ));
-        }
+        let s: EventSettings = config.parse()?;
+        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        registry::require_grant()?;
         Ok(Self {
-            seconds: s.time_unit == Unit::S,
-            time_path: path(&s.time_field),
-            key_paths: s.key_fields.iter().map(|k| path(k)).collect(),
-            time_field: s.time_field,
+            fields,
             files: Mutex::default(),
             json: SerializeOptions::new()
                 .stringify_64_bit_integers(false)
@@ -116,20 +74,12 @@ impl Parser for ProtobufParser {
         let row = decoded
             .serialize_with_options(serde_json::value::Serializer, &self.json)
             .map_err(|e| bad(format!("{} has no JSON form: {e}", message.full_name())))?;
-        let time = lookup(&row, &self.time_path).ok_or_else(|| RecordError::missing_field(&self.time_field))?;
-        let time = event_time(time, self.seconds, &self.time_field).map_err(RecordError::invalid_value)?;
+        let (time, key) = self.fields.event(&row).map_err(|e| match e {
+            EventError::Missing(field) => RecordError::missing_field(&field),
+            EventError::Invalid(why) => RecordError::invalid_value(why),
+        })?;
         let text = serde_json::to_vec(&row).map_err(|e| bad(e.to_string()))?;
-        if self.key_paths.is_empty() {
-            return out.emit_json(time, None, &text);
-        }
-        let mut key = Vec::new();
-        for (i, p) in self.key_paths.iter().enumerate() {
-            if i > 0 {
-                key.push(b'|');
-            }
-            key_text(lookup(&row, p), &mut key);
-        }
-        out.emit_json(time, Some(&key), &text)
+        out.emit_json(time, key.as_deref(), &text)
     }
 }
 
