@@ -25,8 +25,8 @@ const START_PATIENCE: Duration = Duration::from_secs(90);
 /// How long a registry may take to exit on SIGTERM (it takes about 1.5 s) before it is killed.
 const STOP_PATIENCE: Duration = Duration::from_secs(30);
 
-/// How often the readiness check asks again while the registry starts.
-const READY_POLL: Duration = Duration::from_millis(100);
+/// What the registry prints once its HTTP interface is up (Quarkus's start-up line).
+const READY_LINE: &str = "Listening on: ";
 
 /// The JVM options that halve the CPU a start costs (measured in
 /// `docs/internals/schema-registry-research.md`): a small heap, the serial collector, and the
@@ -108,6 +108,8 @@ fn free_port() -> u16 {
 /// Apicurio Registry on loopback, its Confluent API at [`Registry::url`].
 pub struct Registry {
     child: Option<Child>,
+    /// Rings once when the running registry has started (`READY_LINE`).
+    ready: Option<std::sync::mpsc::Receiver<()>>,
     dir: PathBuf,
     /// The API's port.
     port: u16,
@@ -132,7 +134,7 @@ impl Registry {
             .timeout_global(Some(Duration::from_secs(30)))
             .build()
             .into();
-        let mut r = Registry { child: None, dir, port: free_port(), management: free_port(), agent };
+        let mut r = Registry { child: None, ready: None, dir, port: free_port(), management: free_port(), agent };
         let started = Instant::now();
         r.spawn();
         r.wait_ready();
@@ -153,7 +155,7 @@ impl Registry {
     fn spawn(&mut self) {
         let home = registry_home();
         let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log()).unwrap();
-        let child = Command::new(java())
+        let mut child = Command::new(java())
             .args(JVM_OPTS)
             .arg("-Dquarkus.http.host=127.0.0.1")
             .arg(format!("-Dquarkus.http.port={}", self.port))
@@ -166,32 +168,51 @@ impl Registry {
             .arg(home.join("quarkus-run.jar"))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone().unwrap())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {} for the schema registry: {e}", java().display()));
+        // Its console goes to the log, line by line; the start-up line rings `ready`. The
+        // channel closes when the process's output ends (it exited).
+        let (ready, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::{BufRead, Write};
+            let mut log = log;
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = writeln!(log, "{line}");
+                if line.contains(READY_LINE) {
+                    let _ = ready.send(());
+                }
+            }
+        });
+        self.ready = Some(rx);
         self.child = Some(child);
     }
 
-    /// Waits until `GET /subjects` answers 200; panics, naming the log, if the registry exits
-    /// first or takes longer than [`START_PATIENCE`].
+    /// Waits for the registry's start-up line, then checks that `GET /subjects` answers 200;
+    /// panics, naming the log, if the registry exits first or takes longer than
+    /// [`START_PATIENCE`].
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + START_PATIENCE;
-        let url = format!("{}/subjects", self.url());
-        loop {
-            if let Some(status) = self.child.as_mut().expect("the registry runs").try_wait().unwrap() {
+        use std::sync::mpsc::RecvTimeoutError;
+        let rx = self.ready.take().expect("the registry was started");
+        match rx.recv_timeout(START_PATIENCE) {
+            Ok(()) => {}
+            Err(RecvTimeoutError::Timeout) => {
+                panic!("the schema registry was not ready after {START_PATIENCE:?}; see {}", self.log().display())
+            }
+            Err(RecvTimeoutError::Disconnected) => {
+                let status = self.child.as_mut().expect("the registry runs").wait().unwrap();
                 panic!("the schema registry exited ({status}) before it was ready; see {}", self.log().display());
             }
-            if self.agent.get(&url).call().is_ok_and(|r| r.status() == 200) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the schema registry was not ready after {START_PATIENCE:?}; see {}",
-                self.log().display()
-            );
-            std::thread::sleep(READY_POLL);
         }
+        let url = format!("{}/subjects", self.url());
+        let status = self.agent.get(&url).call().map(|r| r.status().as_u16());
+        assert!(
+            matches!(status, Ok(200)),
+            "GET {url} once the registry started: {status:?}; see {}",
+            self.log().display()
+        );
     }
 
     /// SIGTERM, then waits until it has exited (SIGKILL after [`STOP_PATIENCE`]). Its storage
