@@ -230,29 +230,8 @@ def produce_avro(args):
         schema_text,
         conf={"auto.register.schemas": True, "subject.name.strategy": STRATEGIES[args.subject_strategy]},
     )
-    producer = Producer({"bootstrap.servers": args.brokers, "enable.idempotence": True})
-    ctx = SerializationContext(args.topic, MessageField.VALUE)
-    errors = []
-
-    def delivered(err, _msg):
-        if err is not None:
-            errors.append(err)
-
-    count = 0
-    with open(args.input, encoding="utf-8") as rows:
-        for n, line in enumerate(rows, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line, parse_float=decimal.Decimal)
-                value = serializer(converter.convert(converter.schema, row), ctx)
-            except Exception as e:  # noqa: BLE001 - any bad row stops the run, saying which
-                fail(f"{args.input}:{n}: {type(e).__name__}: {e}")
-            key = str(row["user_id"]).encode() if isinstance(row, dict) and "user_id" in row else None
-            produce(producer, args.topic, key, value, delivered)
-            count += 1
-    flush(producer, errors)
-    print(count)
+    produce_rows(args, lambda row, ctx: serializer(converter.convert(converter.schema, row), ctx),
+                 parse_float=decimal.Decimal)
 
 
 def order_message_class():
@@ -275,8 +254,9 @@ def order_message_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
 
 
-def produce_rows(args, encode):
-    """Produces each JSON line of `args.input`, encoded by `encode(row, ctx)`."""
+def produce_rows(args, encode, parse_float=float):
+    """Produces each JSON line of `args.input` (numbers with a point read by `parse_float`),
+    encoded by `encode(row, ctx)`; its key the row's `user_id`, if it has one."""
     producer = Producer({"bootstrap.servers": args.brokers, "enable.idempotence": True})
     ctx = SerializationContext(args.topic, MessageField.VALUE)
     errors = []
@@ -291,11 +271,11 @@ def produce_rows(args, encode):
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
+                row = json.loads(line, parse_float=parse_float)
                 value = encode(row, ctx)
             except Exception as e:  # noqa: BLE001 - any bad row stops the run, saying which
                 fail(f"{args.input}:{n}: {type(e).__name__}: {e}")
-            key = str(row["user_id"]).encode() if "user_id" in row else None
+            key = str(row["user_id"]).encode() if isinstance(row, dict) and "user_id" in row else None
             produce(producer, args.topic, key, value, delivered)
             count += 1
     flush(producer, errors)
