@@ -26,7 +26,7 @@ fn the_scale_out_quick_start_works_as_written() {
         "broker".as_ref(),
         file.as_os_str(),
         "--orders".as_ref(),
-        "20000".as_ref(),
+        "5000".as_ref(),
         "--port".as_ref(),
         port_arg.as_ref(),
     ];
