@@ -24,6 +24,7 @@
 //! never read as `null`s), then resolved to the reader's schema by apache-avro.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Mutex;
 
 use apache_avro::Schema;
@@ -31,7 +32,7 @@ use apache_avro::types::Value;
 use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
-use weir_schema::avro::{Found, MAX_PATH, Names, Number, decode, decode_json, write_json};
+use weir_schema::avro::{Found, MAX_PATH, Names, Number, Plan, decode, write_json};
 use weir_schema::rows::{EventFields, MAX_KEY_FIELDS, TimeUnit};
 
 #[derive(Deserialize)]
@@ -46,10 +47,12 @@ struct Settings {
     reader_version: Option<u32>,
 }
 
-/// A writer's schema, parsed, with the named types inside it and its references.
+/// A writer's schema, parsed, with the named types inside it and its references; and, when
+/// records are read as their writer wrote them, compiled to decode them straight to rows.
 struct Writer {
     schema: Schema,
     names: Names,
+    plan: Option<Plan>,
 }
 
 /// The reader's schema, with its named types.
@@ -61,6 +64,30 @@ struct Reader {
 /// Why a schema id cannot be decoded, kept so a bad id costs one lookup per instance.
 type Ready = Result<Writer, String>;
 
+/// Schema ids hashed by one multiplication: SipHash, the default, took 2% of the parser's
+/// time for a map that holds a handful of ids. Flooding it would take a registry that holds
+/// the ids, each fetched once.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u32(u32::from(b) ^ (self.0 as u32).rotate_left(8));
+        }
+    }
+
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (self.0 ^ u64::from(n)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type Decoders = HashMap<u32, Ready, BuildHasherDefault<IdHasher>>;
+
 struct AvroParser {
     fields: EventFields,
     /// The time path, then the key paths: what the direct decoder notes.
@@ -68,7 +95,7 @@ struct AvroParser {
     reader: Option<Reader>,
     /// By schema id. A mutex only because a parser must be `Sync`: an instance runs one call
     /// at a time, so it is never contended.
-    decoders: Mutex<HashMap<u32, Ready>>,
+    decoders: Mutex<Decoders>,
     row: Mutex<Vec<u8>>,
 }
 
@@ -133,8 +160,8 @@ impl Parser for AvroParser {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(self.decoder(id)?),
         };
         let w = decoder.as_ref().map_err(|why| RecordError::malformed(format!("schema id {id}: {why}")))?;
-        if self.reader.is_none() {
-            return self.parse_direct(id, w, payload, out);
+        if let Some(plan) = &w.plan {
+            return self.parse_direct(id, plan, payload, out);
         }
         let value = decode(&w.schema, &w.names, &mut payload)
             .map_err(|e| RecordError::malformed(format!("schema id {id}: the bytes do not decode: {e}")))?;
@@ -177,13 +204,13 @@ impl Parser for AvroParser {
 
 impl AvroParser {
     /// A record read with its writer's schema: decoded straight to its row
-    /// (`weir_schema::avro::decode_json`), event time and key taken from where it noted them.
-    fn parse_direct(&self, id: u32, w: &Writer, mut payload: &[u8], out: &mut Emitter) -> Result<(), RecordError> {
+    /// (`weir_schema::avro::Plan`), event time and key taken from where it noted them.
+    fn parse_direct(&self, id: u32, plan: &Plan, mut payload: &[u8], out: &mut Emitter) -> Result<(), RecordError> {
         let mut row = self.row.lock().unwrap_or_else(|p| p.into_inner());
         row.clear();
         let mut found = [None; 1 + MAX_KEY_FIELDS];
         let found = &mut found[..self.wanted.len()];
-        decode_json(&w.schema, &w.names, &mut payload, &mut row, &self.wanted, found)
+        plan.decode_json(&mut payload, &mut row, found)
             .map_err(|e| RecordError::malformed(format!("schema id {id}: the bytes do not decode: {e}")))?;
         if !payload.is_empty() {
             return Err(RecordError::malformed(format!(
@@ -264,7 +291,14 @@ impl AvroParser {
             return Ok(Err(format!("the reader schema cannot read its writer's: {e}")));
         }
         let names = Names::of(std::iter::once(&writer).chain(&refs));
-        Ok(Ok(Writer { schema: writer, names }))
+        let plan = match &self.reader {
+            Some(_) => None,
+            None => match Plan::new(&writer, &names, &self.wanted) {
+                Ok(p) => Some(p),
+                Err(e) => return Ok(Err(e.to_string())),
+            },
+        };
+        Ok(Ok(Writer { schema: writer, names, plan }))
     }
 
     fn event_time(&self, value: &Value) -> Result<i64, RecordError> {

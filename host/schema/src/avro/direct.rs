@@ -4,16 +4,15 @@
 //! the decoding itself. The JSON is exactly what `json.rs` writes for the same record, and the
 //! bytes are read as strictly as `decode.rs` reads them (a test holds both to it).
 //!
-//! While it writes, it notes where the fields named by the caller's paths (the event time, the
-//! key fields) are in the row, and their numbers, so the parser need not look them up again.
+//! It runs a [`Plan`] (`plan.rs`): the writer's schema compiled once, so a record costs its
+//! bytes and its JSON, not a walk over the schema. While it writes, it notes where the fields
+//! on the plan's wanted paths (the event time, the key fields) are in the row, and their
+//! numbers, so the parser need not look them up again.
 
 use std::io::Write;
 
-use apache_avro::Schema;
-use apache_avro::schema::{InnerDecimalSchema, UuidSchema};
-
-use super::Names;
 use super::decode::DecodeError;
+use super::plan::{Kind, Node, NodeId, Plan};
 use super::read::{MAX_DEPTH, block, err, int, length, long, take};
 
 /// Where a wanted field's value is in the row, and what it is.
@@ -38,41 +37,41 @@ pub enum Number {
     NotATime(i64),
 }
 
-/// Decodes one value of `schema` from the front of `bytes` as JSON onto `out`; fills `found[i]`
-/// for the field at `paths[i]` (a path of record field names from the top).
-pub fn decode_json<'s>(
-    schema: &'s Schema,
-    names: &'s Names,
-    bytes: &mut &[u8],
-    out: &mut Vec<u8>,
-    paths: &[Vec<String>],
-    found: &mut [Option<Found>],
-) -> Result<(), DecodeError> {
-    let start = out.len();
-    let mut w = Writer { names, paths, found, stack: [""; MAX_PATH], depth: 0, items: 0 };
-    let r = w.value(schema, bytes, out, 0);
-    if r.is_err() {
-        out.truncate(start);
+impl Plan {
+    /// Decodes one record from the front of `bytes` as JSON onto `out` (nothing of it left
+    /// there when it does not decode); fills `found[i]` for the plan's wanted path `i`.
+    pub fn decode_json(
+        &self,
+        bytes: &mut &[u8],
+        out: &mut Vec<u8>,
+        found: &mut [Option<Found>],
+    ) -> Result<(), DecodeError> {
+        if found.len() < self.wanted {
+            return err(format!("{} wanted fields and room for {}", self.wanted, found.len()));
+        }
+        let start = out.len();
+        let mut run = Run { plan: self, found, items: 0 };
+        let r = run.value(self.root, bytes, out, 0);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r.map(drop)
     }
-    r.map(drop)
 }
 
-struct Writer<'a, 's> {
-    names: &'s Names,
-    paths: &'a [Vec<String>],
-    found: &'a mut [Option<Found>],
-    /// The field names from the top down to the value being written (`stack[..depth]`); a
-    /// fixed array, since a record's decoding must not allocate for it.
-    stack: [&'s str; MAX_PATH],
-    depth: usize,
+/// One record's decoding: where its wanted fields are, and how many array and map items it
+/// has had so far.
+struct Run<'p, 'f> {
+    plan: &'p Plan,
+    found: &'f mut [Option<Found>],
     items: usize,
 }
 
 /// The deepest field a path may name (`a.b.c` is 3): deeper values are written, never noted.
 pub const MAX_PATH: usize = 8;
 
-fn string(s: &str, out: &mut Vec<u8>) {
-    // Most field names and values need no escape: copied as they are, without serde's writer.
+pub(super) fn string(s: &str, out: &mut Vec<u8>) {
+    // Most values need no escape: copied as they are, without serde's writer.
     if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
         out.reserve(s.len() + 2);
         out.push(b'"');
@@ -98,36 +97,33 @@ fn base64(b: &[u8], out: &mut Vec<u8>) {
     out.push(b'"');
 }
 
-impl<'s> Writer<'_, 's> {
-    /// Notes where the value just written lies, if the current path is wanted.
-    fn note(&mut self, start: usize, end: usize, number: Option<Number>) {
-        let stack = &self.stack[..self.depth.min(MAX_PATH)];
-        if self.depth > MAX_PATH {
-            return;
-        }
-        for (i, p) in self.paths.iter().enumerate() {
-            if p.len() == stack.len() && p.iter().zip(stack).all(|(a, b)| a == b) {
-                self.found[i] = Some(Found { start, end, number });
-            }
-        }
+fn number(kind: Kind, n: i64) -> Number {
+    match kind {
+        Kind::Int => Number::Int(n),
+        Kind::NotATime => Number::NotATime(n),
+        Kind::Timestamp(per_ms) => Number::Timestamp(n, per_ms),
     }
+}
 
+impl Run<'_, '_> {
     fn value(
         &mut self,
-        s: &'s Schema,
+        id: NodeId,
         bytes: &mut &[u8],
         out: &mut Vec<u8>,
         depth: usize,
     ) -> Result<Option<Number>, DecodeError> {
+        // A recursive schema's plan loops: its data's depth is bounded here.
         if depth > MAX_DEPTH {
             return err(format!("nested deeper than {MAX_DEPTH}"));
         }
-        let number = match s {
-            Schema::Null => {
+        let plan: &Plan = self.plan;
+        let number = match &plan.nodes[id] {
+            Node::Null => {
                 out.extend_from_slice(b"null");
                 None
             }
-            Schema::Boolean => {
+            Node::Boolean => {
                 match take(bytes, 1, "a boolean")?[0] {
                     0 => out.extend_from_slice(b"false"),
                     1 => out.extend_from_slice(b"true"),
@@ -135,161 +131,146 @@ impl<'s> Writer<'_, 's> {
                 }
                 None
             }
-            Schema::Int | Schema::Date | Schema::TimeMillis => {
+            Node::Int(kind) => {
                 let n = i64::from(int(bytes)?);
                 out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                Some(if matches!(s, Schema::Int) { Number::Int(n) } else { Number::NotATime(n) })
+                Some(number(*kind, n))
             }
-            Schema::Long
-            | Schema::TimeMicros
-            | Schema::TimestampMillis
-            | Schema::LocalTimestampMillis
-            | Schema::TimestampMicros
-            | Schema::LocalTimestampMicros
-            | Schema::TimestampNanos
-            | Schema::LocalTimestampNanos => {
+            Node::Long(kind) => {
                 let n = long(bytes)?;
                 out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                Some(match s {
-                    Schema::Long => Number::Int(n),
-                    Schema::TimeMicros => Number::NotATime(n),
-                    Schema::TimestampMillis | Schema::LocalTimestampMillis => Number::Timestamp(n, 1),
-                    Schema::TimestampMicros | Schema::LocalTimestampMicros => Number::Timestamp(n, 1_000),
-                    _ => Number::Timestamp(n, 1_000_000),
-                })
+                Some(number(*kind, n))
             }
-            Schema::Float | Schema::Double => {
-                let f = if matches!(s, Schema::Float) {
-                    f64::from(f32::from_le_bytes(take(bytes, 4, "a float")?.try_into().unwrap_or([0; 4])))
-                } else {
-                    f64::from_le_bytes(take(bytes, 8, "a double")?.try_into().unwrap_or([0; 8]))
-                };
-                super::json::float(f, out);
+            Node::Float => {
+                let f = f64::from(f32::from_le_bytes(take(bytes, 4, "a float")?.try_into().unwrap_or([0; 4])));
+                super::float::float(f, out);
                 Some(Number::Float(f))
             }
-            Schema::String | Schema::Uuid(UuidSchema::String) => {
+            Node::Double => {
+                let f = f64::from_le_bytes(take(bytes, 8, "a double")?.try_into().unwrap_or([0; 8]));
+                super::float::float(f, out);
+                Some(Number::Float(f))
+            }
+            Node::String => {
                 string(utf8(bytes, "a string")?, out);
                 None
             }
-            Schema::Bytes | Schema::BigDecimal => {
+            Node::Bytes => {
                 let n = length(bytes, "bytes")?;
                 base64(take(bytes, n, "bytes")?, out);
                 None
             }
-            Schema::Uuid(UuidSchema::Bytes) => {
+            Node::UuidBytes => {
                 let n = length(bytes, "a uuid")?;
                 uuid(take(bytes, n, "a uuid")?, out)?;
                 None
             }
-            Schema::Uuid(UuidSchema::Fixed(f)) => {
-                uuid(take(bytes, f.size, "a uuid")?, out)?;
+            Node::UuidFixed(size) => {
+                uuid(take(bytes, *size, "a uuid")?, out)?;
                 None
             }
-            Schema::Fixed(f) => {
-                base64(take(bytes, f.size, "fixed")?, out);
+            Node::Fixed(size) => {
+                base64(take(bytes, *size, "fixed")?, out);
                 None
             }
-            Schema::Duration(_) => {
+            Node::Duration => {
                 let b = take(bytes, 12, "a duration")?;
                 let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
                 let _ = write!(out, r#"{{"months":{},"days":{},"millis":{}}}"#, part(0), part(4), part(8));
                 None
             }
-            Schema::Decimal(d) => {
-                let b = match &d.inner {
-                    InnerDecimalSchema::Bytes => {
+            Node::Decimal { fixed, scale } => {
+                let b = match fixed {
+                    None => {
                         let n = length(bytes, "a decimal")?;
                         take(bytes, n, "a decimal")?
                     }
-                    InnerDecimalSchema::Fixed(f) => take(bytes, f.size, "a decimal")?,
+                    Some(size) => take(bytes, *size, "a decimal")?,
                 };
-                string(&super::json::decimal_text(b, d.scale), out);
+                string(&super::json::decimal_text(b, *scale), out);
                 None
             }
-            Schema::Enum(e) => {
+            Node::Enum(name, symbols) => {
                 let i = int(bytes)?;
-                let symbol = usize::try_from(i).ok().and_then(|i| e.symbols.get(i));
-                string(symbol.ok_or_else(|| DecodeError(format!("enum {}: no symbol {i}", e.name)))?, out);
+                let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+                out.extend_from_slice(symbol.ok_or_else(|| DecodeError(format!("enum {name}: no symbol {i}")))?);
                 None
             }
-            Schema::Union(u) => {
+            Node::Union(branches) => {
                 let i = long(bytes)?;
-                let branch = usize::try_from(i).ok().and_then(|i| u.variants().get(i));
-                let branch = branch.ok_or_else(|| DecodeError(format!("union index {i} of {}", u.variants().len())))?;
-                self.value(branch, bytes, out, depth + 1)?
+                let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
+                let branch = branch.ok_or_else(|| DecodeError(format!("union index {i} of {}", branches.len())))?;
+                self.value(*branch, bytes, out, depth + 1)?
             }
-            Schema::Array(a) => {
+            Node::Array(items) => {
                 out.push(b'[');
                 let mut first = true;
-                self.blocks(bytes, |w, bytes| {
+                self.blocks(bytes, |r, bytes| {
                     if !std::mem::take(&mut first) {
                         out.push(b',');
                     }
-                    w.value(&a.items, bytes, out, depth + 1).map(drop)
+                    r.value(*items, bytes, out, depth + 1).map(drop)
                 })?;
                 out.push(b']');
                 None
             }
-            Schema::Map(m) => {
-                // Keys sorted, as `json.rs` writes a map: entries first, then the object.
-                let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
-                self.blocks(bytes, |w, bytes| {
-                    let k = utf8(bytes, "a map key")?.to_string();
-                    let mut v = Vec::new();
-                    w.value(&m.types, bytes, &mut v, depth + 1)?;
-                    entries.push((k, v));
-                    Ok(())
-                })?;
-                entries.sort_by(|a, b| a.0.cmp(&b.0));
-                // A key written twice keeps its last value, as a map read into a `Value` does.
-                entries.dedup_by(|later, kept| {
-                    let same = later.0 == kept.0;
-                    if same {
-                        std::mem::swap(later, kept);
-                    }
-                    same
-                });
-                out.push(b'{');
-                for (i, (k, v)) in entries.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    string(k, out);
-                    out.push(b':');
-                    out.extend_from_slice(v);
-                }
-                out.push(b'}');
+            Node::Map(values) => {
+                self.map(*values, bytes, out, depth)?;
                 None
             }
-            Schema::Record(r) => {
-                out.push(b'{');
-                for (i, f) in r.fields.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    string(&f.name, out);
-                    out.push(b':');
-                    if let Some(slot) = self.stack.get_mut(self.depth) {
-                        *slot = &f.name;
-                    }
-                    self.depth += 1;
+            Node::Record(fields) => {
+                if fields.is_empty() {
+                    out.extend_from_slice(b"{}");
+                }
+                for f in fields {
+                    out.extend_from_slice(&f.prefix);
                     let at = out.len();
                     let n = self
-                        .value(&f.schema, bytes, out, depth + 1)
+                        .value(f.node, bytes, out, depth + 1)
                         .map_err(|e| DecodeError(format!("field `{}`: {e}", f.name)))?;
-                    self.note(at, out.len(), n);
-                    self.depth -= 1;
+                    for &i in &f.notes {
+                        self.found[i] = Some(Found { start: at, end: out.len(), number: n });
+                    }
                 }
-                out.push(b'}');
+                if !fields.is_empty() {
+                    out.push(b'}');
+                }
                 None
-            }
-            Schema::Ref { name } => {
-                let names: &'s Names = self.names;
-                let s = names.get(name).ok_or_else(|| DecodeError(format!("the schema names {name}, undefined")))?;
-                return self.value(s, bytes, out, depth + 1);
             }
         };
         Ok(number)
+    }
+
+    /// A map, its keys sorted, as `json.rs` writes one: entries first, then the object.
+    fn map(&mut self, values: NodeId, bytes: &mut &[u8], out: &mut Vec<u8>, depth: usize) -> Result<(), DecodeError> {
+        let mut entries: Vec<(String, Vec<u8>)> = Vec::new();
+        self.blocks(bytes, |r, bytes| {
+            let k = utf8(bytes, "a map key")?.to_string();
+            let mut v = Vec::new();
+            r.value(values, bytes, &mut v, depth + 1)?;
+            entries.push((k, v));
+            Ok(())
+        })?;
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        // A key written twice keeps its last value, as a map read into a `Value` does.
+        entries.dedup_by(|later, kept| {
+            let same = later.0 == kept.0;
+            if same {
+                std::mem::swap(later, kept);
+            }
+            same
+        });
+        out.push(b'{');
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            string(k, out);
+            out.push(b':');
+            out.extend_from_slice(v);
+        }
+        out.push(b'}');
+        Ok(())
     }
 
     fn blocks(
@@ -315,6 +296,7 @@ fn uuid(b: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::avro::Names;
     use proptest::prelude::*;
 
     const SCHEMA: &str = r#"{"type":"record","name":"R","fields":[
@@ -339,9 +321,11 @@ mod tests {
         let names = Names::of([&s]);
         let mut direct = Vec::new();
         let paths = vec![vec!["at".to_string()], vec!["inner".to_string(), "x".to_string()]];
+        let plan = Plan::new(&s, &names, &paths).unwrap();
         let mut found = [None, None];
         let mut input = bytes;
-        let d = decode_json(&s, &names, &mut input, &mut direct, &paths, &mut found)
+        let d = plan
+            .decode_json(&mut input, &mut direct, &mut found)
             .and_then(|()| if input.is_empty() { Ok(direct) } else { Err(DecodeError("left over".into())) });
         let mut input = bytes;
         let v = crate::avro::decode(&s, &names, &mut input).and_then(|v| {
@@ -366,7 +350,7 @@ mod tests {
         let names = Names::of([&s]);
         let (mut out, mut found) = (Vec::new(), [None, None]);
         let paths = vec![vec!["at".to_string()], vec!["inner".to_string(), "x".to_string()]];
-        decode_json(&s, &names, &mut &bytes[..], &mut out, &paths, &mut found).unwrap();
+        Plan::new(&s, &names, &paths).unwrap().decode_json(&mut &bytes[..], &mut out, &mut found).unwrap();
         assert_eq!(found[0].unwrap().number, Some(Number::Timestamp(1_700_000_000_123_456, 1_000)));
         assert_eq!(found[1].unwrap().number, Some(Number::Float(1.5)));
         let f = found[1].unwrap();

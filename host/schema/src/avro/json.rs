@@ -10,6 +10,8 @@ use apache_avro::Schema;
 use apache_avro::schema::Name;
 use apache_avro::types::Value;
 
+use super::float::float;
+
 /// Named types by full name, for the `Ref`s inside a schema.
 pub struct Names(HashMap<Name, Schema>);
 
@@ -196,16 +198,6 @@ fn write_plain(value: &Value, out: &mut Vec<u8>) {
             }
             out.push(b'}');
         }
-    }
-}
-
-pub(super) fn float(f: f64, out: &mut Vec<u8>) {
-    if f.is_finite() {
-        // Shortest text that reads back as the same double, with a point or an exponent
-        // (`12.0`, `1e16`), so it reads back as a number that is no integer.
-        out.extend_from_slice(ryu::Buffer::new().format_finite(f).as_bytes());
-    } else {
-        out.extend_from_slice(b"null");
     }
 }
 

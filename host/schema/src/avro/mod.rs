@@ -9,14 +9,17 @@ mod compat;
 mod decode;
 mod direct;
 mod encode;
+mod float;
 mod json;
+mod plan;
 mod read;
 
 pub use compat::{Level, Refusal, check, check_reader};
 pub use decode::{DecodeError, decode};
-pub use direct::{Found, MAX_PATH, Number, decode_json};
+pub use direct::{Found, MAX_PATH, Number};
 pub use encode::{Encoder, Misfit};
 pub use json::{Names, write_json};
+pub use plan::Plan;
 
 use apache_avro::Schema as AvroSchema;
 
