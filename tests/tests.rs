@@ -19,6 +19,7 @@ mod kafka_faults;
 mod kafka_mock;
 mod kafka_sources;
 mod kafka_transactions;
+mod lakehouse;
 mod pipeline;
 mod processor;
 mod project;

@@ -134,6 +134,8 @@ pub enum SinkConfig {
         dataset: DatasetRef,
         key: Option<String>,
     },
+    /// Parquet files in a directory (`weir_connectors::parquet`).
+    Parquet(weir_connectors::parquet::Settings),
 }
 
 #[derive(Debug, Clone)]

@@ -150,6 +150,12 @@ pub(super) struct SinkFile {
     pub(super) key_schema: Option<PathBuf>,
     pub(super) subject_strategy: Option<weir_schema::SubjectStrategy>,
     pub(super) auto_register: Option<bool>,
+    /// Parquet: the directory the files go under, their compression, rows per row group, and
+    /// the column (or `day(COLUMN)`, `hour(COLUMN)`) that spreads them over directories.
+    pub(super) path: Option<PathBuf>,
+    pub(super) compression: Option<String>,
+    pub(super) row_group_rows: Option<i64>,
+    pub(super) partition_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -168,6 +174,18 @@ pub(super) enum SinkKindFile {
     Wasm,
     Kafka,
     Dataset,
+    Parquet,
+}
+
+impl SinkKindFile {
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            SinkKindFile::Wasm => "Wasm",
+            SinkKindFile::Kafka => "Kafka",
+            SinkKindFile::Dataset => "dataset",
+            SinkKindFile::Parquet => "Parquet",
+        }
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -217,6 +217,10 @@ fn sink_label(fl: &Flow) -> String {
         Some(SinkConfig::Wasm(s)) => format!("sink {}", s.name),
         Some(SinkConfig::Kafka(k)) => format!("kafka {}", k.topic),
         Some(SinkConfig::Dataset { dataset, .. }) => dataset.name.clone(),
+        Some(SinkConfig::Parquet(p)) => format!(
+            "parquet {}",
+            p.path.file_name().map_or_else(|| p.path.display().to_string(), |n| n.to_string_lossy().into_owned())
+        ),
         None => "console".into(),
     }
 }

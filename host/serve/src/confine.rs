@@ -174,8 +174,8 @@ fn check_sources(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// A sink the service can run for a tenant: Kafka with the tenant's transactional id, or a
-/// plugin; never a dataset or none.
+/// A sink the service can run for a tenant: Kafka with the tenant's transactional id, a
+/// plugin, or Parquet files in the tenant's data area; never a dataset or none.
 fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     match &pipeline.sink {
         Some(SinkConfig::Kafka(k)) => {
@@ -192,6 +192,10 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
             return Err(refuse("sink.type", "datasets belong to projects, which the service does not host yet"));
         }
         Some(SinkConfig::Wasm(_)) => {}
+        Some(SinkConfig::Parquet(p)) => {
+            confine_path(scope.files, "sink.path", &p.path)?;
+            confine_path(scope.files, "sink.schema", &p.schema_file)?;
+        }
         None => {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
         }

@@ -19,6 +19,14 @@ pub(super) fn tombstones(
                 .into(),
         ));
     }
+    if tombstones && sink.is_some_and(|s| s.kind == SinkKindFile::Parquet) {
+        return Err(invalid(
+            "output.tombstones",
+            "Parquet files are only appended to, so a tombstone cannot delete a row there; write the changelog \
+             to a Kafka sink, or remove it"
+                .into(),
+        ));
+    }
     if tombstones && sink.is_some_and(|s| s.key.is_some()) {
         return Err(invalid(
             "sink.key",
@@ -47,7 +55,18 @@ pub(super) fn sink_config(
             Ok(())
         }
     };
+    if s.kind != SinkKindFile::Parquet {
+        for (key, present) in [
+            ("path", s.path.is_some()),
+            ("compression", s.compression.is_some()),
+            ("row_group_rows", s.row_group_rows.is_some()),
+            ("partition_by", s.partition_by.is_some()),
+        ] {
+            not_for(key, present, s.kind.name())?;
+        }
+    }
     match s.kind {
+        SinkKindFile::Parquet => parquet(s, rel, invalid),
         SinkKindFile::Wasm => {
             not_for("dataset", s.dataset.is_some(), "Wasm")?;
             not_for("topic", s.topic.is_some(), "Wasm")?;
@@ -109,6 +128,52 @@ pub(super) fn sink_config(
     }
 }
 
+/// `type = "parquet"`: its settings, its columns from the Avro record schema `schema` names.
+fn parquet(
+    s: SinkFile,
+    rel: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SinkConfig, PipelineError> {
+    let not_for = |key: &str, present: bool| {
+        if present {
+            Err(invalid(&format!("sink.{key}"), "does not apply to a Parquet sink; remove it".into()))
+        } else {
+            Ok(())
+        }
+    };
+    not_for("plugin", s.plugin.is_some())?;
+    not_for("config", !s.config.is_empty())?;
+    not_for("grants", granted(&s.grants))?;
+    not_for("topic", s.topic.is_some())?;
+    not_for("kafka", s.kafka.is_some())?;
+    not_for("transactional", s.transactional.is_some())?;
+    not_for("dataset", s.dataset.is_some())?;
+    not_for("key", s.key.is_some())?;
+    let file = s.schema.as_deref().map(rel).ok_or_else(|| {
+        invalid(
+            "sink.schema",
+            "the columns, as an Avro record schema: name its file, e.g. schema = \"windows.avsc\"".into(),
+        )
+    })?;
+    let text = std::fs::read_to_string(&file)
+        .map_err(|e| invalid("sink.schema", format!("cannot read {}: {e}", file.display())))?;
+    let avro =
+        weir_schema::avro::parse(&text, &[]).map_err(|e| invalid("sink.schema", format!("{}: {e}", file.display())))?;
+    let names = weir_schema::avro::Names::of([&avro]);
+    let columns = weir_connectors::avro_arrow::arrow_schema(&avro, &names)
+        .map_err(|e| invalid("sink.schema", format!("{}: {e}", file.display())))?;
+    let settings = weir_connectors::parquet::Settings::new(
+        s.path.as_deref().map(rel),
+        file.clone(),
+        columns,
+        s.compression.as_deref(),
+        s.row_group_rows,
+        s.partition_by.as_deref(),
+    )
+    .map_err(|e| invalid(&e.key, e.why))?;
+    Ok(SinkConfig::Parquet(settings))
+}
+
 /// A Kafka sink's `format`, `schema`, `message`, `key_schema`, `subject_strategy` and
 /// `auto_register`.
 fn schema_out(
@@ -129,7 +194,7 @@ fn schema_out(
     };
     let Some(format) = format else {
         for (key, present) in [
-            ("schema", s.schema.is_some()),
+            ("schema", s.schema.is_some() && s.kind != SinkKindFile::Parquet),
             ("message", s.message.is_some()),
             ("key_schema", s.key_schema.is_some()),
             ("subject_strategy", s.subject_strategy.is_some()),

@@ -6,10 +6,12 @@
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
 //! `framed.rs` (rows as Avro, Protobuf or JSON Schema in front of the Kafka sink),
+//! `connector.rs` (a built-in connector of `weir_connectors`: Parquet files),
 //! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
 //! project's dataset in the embedded log), `repartition.rs` (a group's shuffle, stage 1's
 //! partials to stage 2).
 
+mod connector;
 pub mod framed;
 mod kafka;
 mod lines;
@@ -48,6 +50,8 @@ pub enum SinkError {
     Unkeyed { dataset: String, why: String },
     #[error(transparent)]
     Framed(#[from] Box<framed::FramedSinkError>),
+    #[error(transparent)]
+    Connector(#[from] weir_connectors::ConnectorError),
     #[error(transparent)]
     Rows(#[from] crate::columns::ColumnFull),
     #[error(

@@ -1,10 +1,11 @@
 //! The sink a pipeline file asks for, opened where the sinks live: a Wasm sink plugin, a Kafka
-//! topic, a project's dataset, or standard output without a `[sink]`. A new sink is a new file
+//! topic, a project's dataset, Parquet files, or standard output without a `[sink]`. A new sink is a new file
 //! in this module and one arm here; the driver delivers to whatever [`open`] returns.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
+use super::connector::ConnectorSink;
 use super::framed::FramedSink;
 use super::{KafkaSink, LineSink, LogSink, RowSink, SinkError, WasmSink};
 use crate::pipeline::{KafkaSinkConfig, Pipeline, SinkConfig, Trigger};
@@ -36,6 +37,9 @@ pub fn open(
             Some(dir) => Box::new(LogSink::open(dataset, dir, key.clone())?),
             None => return Err(SinkError::NoProject(dataset.name.clone())),
         },
+        Some(SinkConfig::Parquet(s)) => {
+            Box::new(ConnectorSink(Box::new(weir_connectors::parquet::ParquetSink::open(s)?)))
+        }
         None => Box::new(LineSink(std::io::stdout())),
     })
 }
