@@ -87,6 +87,7 @@ fn host_reaching_option(key: &str) -> bool {
 /// refusal, so the order of the checks is the order the tenant meets them in.
 pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
     let table = named_table(scope, text)?;
+    read_at_validation(scope, &table)?;
     let mut digests = Vec::new();
     let pipeline = resolved_pipeline(scope, table, &mut digests)?;
     check_sources(scope, &pipeline)?;
@@ -105,6 +106,20 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
     digests.sort();
     digests.dedup();
     Ok(Confined { pipeline, memory_mb, digests })
+}
+
+/// The files a pipeline's validation reads (a Parquet sink's `schema`, whose columns are
+/// checked then), confined before the file is validated: read first, a file outside the area
+/// would tell the tenant whether it exists.
+fn read_at_validation(scope: &Scope, table: &toml::Table) -> Result<(), Refusal> {
+    let Some(sink) = table.get("sink").and_then(|s| s.as_table()) else { return Ok(()) };
+    if sink.get("type").and_then(|t| t.as_str()) != Some("parquet") {
+        return Ok(());
+    }
+    match sink.get("schema").and_then(|s| s.as_str()) {
+        Some(schema) => confine_path(scope.files, "sink.schema", &scope.files.join(schema)),
+        None => Ok(()),
+    }
 }
 
 /// The file as a table, its `name` the request's and replaced by the run name, and with no
@@ -192,10 +207,7 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
             return Err(refuse("sink.type", "datasets belong to projects, which the service does not host yet"));
         }
         Some(SinkConfig::Wasm(_)) => {}
-        Some(SinkConfig::Parquet(p)) => {
-            confine_path(scope.files, "sink.path", &p.path)?;
-            confine_path(scope.files, "sink.schema", &p.schema_file)?;
-        }
+        Some(SinkConfig::Parquet(p)) => confine_path(scope.files, "sink.path", &p.path)?,
         None => {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
         }

@@ -101,6 +101,29 @@ fn what_is_not_the_tenant_s_is_refused_with_the_key_to_blame() {
 }
 
 #[test]
+fn a_parquet_sink_writes_and_reads_its_schema_inside_the_area_only() {
+    let a = Area::new();
+    std::fs::write(
+        a.files.join("o.avsc"),
+        r#"{"type":"record","name":"O","fields":[{"name":"order_id","type":"long"}]}"#,
+    )
+    .unwrap();
+    let sink = |path: &str, schema: &str| {
+        file("o.jsonl", &format!("[sink]\ntype = \"parquet\"\npath = {path:?}\nschema = {schema:?}\n"))
+    };
+    let c = a.confine(&sink("lake", "o.avsc")).unwrap();
+    assert!(matches!(&c.pipeline.sink, Some(SinkConfig::Parquet(p)) if p.path == a.files.join("lake")));
+    assert_eq!(a.confine(&sink("../../../lake", "o.avsc")).unwrap_err().field, "sink.path");
+    assert_eq!(a.confine(&sink("/tmp/lake", "o.avsc")).unwrap_err().field, "sink.path");
+    // Refused before it is read: whether such a file exists is not the tenant's to learn.
+    for outside in ["/etc/passwd", "/no/such/file.avsc", "../../other/files/o.avsc"] {
+        let r = a.confine(&sink("lake", outside)).unwrap_err();
+        assert_eq!(r.field, "sink.schema", "{outside}: {r:?}");
+        assert!(!r.message.contains("No such file") && !r.message.contains("Avro"), "{r:?}");
+    }
+}
+
+#[test]
 fn a_link_out_of_the_area_is_refused_though_its_words_stay_inside() {
     let a = Area::new();
     let outside = tempfile::tempdir().unwrap();
