@@ -144,6 +144,7 @@ fn parquet(
     not_for("plugin", s.plugin.is_some())?;
     not_for("config", !s.config.is_empty())?;
     not_for("grants", granted(&s.grants))?;
+    not_for("limits", s.limits != LimitsFile::default())?;
     not_for("topic", s.topic.is_some())?;
     not_for("kafka", s.kafka.is_some())?;
     not_for("transactional", s.transactional.is_some())?;
