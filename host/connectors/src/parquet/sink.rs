@@ -123,10 +123,13 @@ impl TableSink for ParquetSink {
         }
         for (dir, mut idx) in dirs {
             idx.sort_unstable();
+            // Decoded even when the file is there, so that its rows that do not fit are
+            // rejected again: the dead letters of a batch cut off by a crash were not kept.
+            let batch = self.decode(&all, &idx)?;
             if dir.join(&name).exists() {
                 continue; // written before a crash: the same delivery's rows are the same rows
             }
-            if let Some(batch) = self.decode(&all, &idx)?.filter(|b| b.num_rows() > 0) {
+            if let Some(batch) = batch.filter(|b| b.num_rows() > 0) {
                 self.write(&dir, &name, &batch)?;
             }
         }

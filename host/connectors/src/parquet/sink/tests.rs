@@ -101,6 +101,10 @@ fn rows_that_do_not_fit_and_tombstones_are_rejected_and_the_rest_written() {
     assert!(rejected[1].1.contains("count"), "names the column: {rejected:?}");
     assert!(rejected[2].1.contains("count"), "names the column: {rejected:?}");
     assert_eq!(read(dir.path()).into_values().collect::<Vec<_>>(), vec![vec![1, 4]]);
+    // Delivered again after a crash, the file is there and the same rows are rejected again.
+    s.deliver(&Delivery { checkpoint: "c", batch_id: 0 }, &batch).unwrap();
+    assert_eq!(s.rejected().iter().map(|r| r.0).collect::<Vec<_>>(), vec![4, 1, 2]);
+    assert_eq!(read(dir.path()).len(), 1);
 }
 
 #[test]
