@@ -109,6 +109,24 @@ pub fn schema_by_version(subject: &str, version: u32) -> Result<Schema, Registry
     imp::by_version(subject, version)
 }
 
+/// A parser's reader schema, for its `new`: version `version` of `subject`, which must be of
+/// type `want`. A registry that cannot be reached is an I/O error (the host retries the
+/// start); a missing or mistyped schema is the config's error, naming the subject.
+pub fn reader_schema(subject: &str, version: u32, want: SchemaType) -> Result<Schema, crate::PluginError> {
+    let schema = schema_by_version(subject, version).map_err(|e| match e {
+        RegistryError::Unavailable(m) => crate::PluginError::Io(m),
+        e => crate::PluginError::InvalidConfig(format!("reader_subject {subject:?} version {version}: {e}")),
+    })?;
+    if schema.schema_type != want {
+        return Err(crate::PluginError::InvalidConfig(format!(
+            "reader_subject {subject:?} version {version} is {}, not {}",
+            schema.schema_type.name(),
+            want.name()
+        )));
+    }
+    Ok(schema)
+}
+
 #[cfg(target_arch = "wasm32")]
 mod imp {
     use super::*;

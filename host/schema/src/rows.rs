@@ -21,8 +21,9 @@ pub enum TimeUnit {
     S,
 }
 
-/// The config of a standard parser that takes nothing else: `time_field`, `time_unit`,
-/// `key_fields`.
+/// The config of a standard registry parser: `time_field`, `time_unit`, `key_fields`, and the
+/// reader schema, a fixed version of a subject (`reader_subject`, `reader_version`; never "the
+/// latest", so that a replay reads the same rows).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EventSettings {
@@ -31,6 +32,21 @@ pub struct EventSettings {
     pub time_unit: TimeUnit,
     #[serde(default)]
     pub key_fields: Vec<String>,
+    pub reader_subject: Option<String>,
+    pub reader_version: Option<u32>,
+}
+
+impl EventSettings {
+    /// The reader schema's subject and version, if one is named; both or neither.
+    pub fn reader(&self) -> Result<Option<(&str, u32)>, String> {
+        match (&self.reader_subject, self.reader_version) {
+            (None, None) => Ok(None),
+            (Some(s), Some(v)) => Ok(Some((s, v))),
+            _ => {
+                Err("reader_subject and reader_version go together: name the subject and the version to read as".into())
+            }
+        }
+    }
 }
 
 /// Where a row's event time and key are, checked: at most [`MAX_KEY_FIELDS`] key fields, none

@@ -29,23 +29,10 @@ use std::sync::Mutex;
 
 use apache_avro::Schema;
 use apache_avro::types::Value;
-use serde::Deserialize;
 use weir_guest::registry::{self, RegistryError, SchemaType};
 use weir_guest::{Config, Emitter, Parser, PluginError, Record, RecordError, export_plugin};
 use weir_schema::avro::{Found, MAX_PATH, Names, Number, Plan, decode, write_json};
-use weir_schema::rows::{EventFields, MAX_KEY_FIELDS, TimeUnit};
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Settings {
-    time_field: String,
-    #[serde(default)]
-    time_unit: TimeUnit,
-    #[serde(default)]
-    key_fields: Vec<String>,
-    reader_subject: Option<String>,
-    reader_version: Option<u32>,
-}
+use weir_schema::rows::{EventFields, EventSettings, MAX_KEY_FIELDS, TimeUnit};
 
 /// A writer's schema, parsed, with the named types inside it and its references; and, when
 /// records are read as their writer wrote them, compiled to decode them straight to rows.
@@ -110,31 +97,17 @@ fn parse_schema(s: &registry::Schema) -> Result<(Schema, Vec<Schema>), String> {
 
 impl Parser for AvroParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
-        let s: Settings = config.parse()?;
+        let s: EventSettings = config.parse()?;
         let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
-        let reader = match (s.reader_subject, s.reader_version) {
-            (None, None) => None,
-            (Some(subject), Some(version)) => {
-                let schema = registry::schema_by_version(&subject, version).map_err(|e| match e {
-                    RegistryError::Unavailable(m) => PluginError::Io(m),
-                    e => PluginError::InvalidConfig(format!("reader_subject {subject:?} version {version}: {e}")),
-                })?;
-                if schema.schema_type != SchemaType::Avro {
-                    return Err(PluginError::InvalidConfig(format!(
-                        "reader_subject {subject:?} version {version} is {}, not Avro",
-                        schema.schema_type.name()
-                    )));
-                }
+        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
+            None => None,
+            Some((subject, version)) => {
+                let schema = registry::reader_schema(subject, version, SchemaType::Avro)?;
                 let (s, refs) = parse_schema(&schema)
                     .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?;
                 let names = Names::of(std::iter::once(&s).chain(&refs));
                 Some(Reader { schema: s, names })
-            }
-            _ => {
-                return Err(PluginError::InvalidConfig(
-                    "reader_subject and reader_version go together: name the subject and the version to read as".into(),
-                ));
             }
         };
         if let Some(deep) = std::iter::once(&fields.time).chain(&fields.keys).find(|p| p.len() > MAX_PATH) {

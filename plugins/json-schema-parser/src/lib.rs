@@ -5,11 +5,13 @@
 //!
 //! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
 //! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
-//! `weir_schema::rows::MAX_KEY_FIELDS` field paths).
+//! `weir_schema::rows::MAX_KEY_FIELDS` field paths), and the reader schema, `reader_subject`
+//! with `reader_version`: a record must then fit the reader schema as well as its writer's.
 //!
 //! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
-//! is not JSON Schema, whose text is not a JSON object, or that the schema refuses is that
-//! record's dead letter, with its schema id and why (a refusal names the field's location).
+//! is not JSON Schema, whose text is not a JSON object, or that its schema or the reader schema
+//! refuses is that record's dead letter, with its schema id and why (a refusal names the
+//! field's location).
 //!
 //! Invariant: a schema is compiled once per instance, whatever the number of records.
 
@@ -27,6 +29,8 @@ type Ready = Result<Validator, String>;
 
 struct JsonSchemaParser {
     fields: EventFields,
+    /// The reader schema, when the pipeline names one.
+    reader: Option<Validator>,
     /// By schema id. A mutex only because a parser must be `Sync`; an instance runs one call at
     /// a time.
     validators: Mutex<HashMap<u32, Ready>>,
@@ -52,7 +56,17 @@ impl Parser for JsonSchemaParser {
         let s: EventSettings = config.parse()?;
         let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
-        Ok(Self { fields, validators: Mutex::default() })
+        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
+            None => None,
+            Some((subject, version)) => {
+                let schema = registry::reader_schema(subject, version, SchemaType::Json)?;
+                Some(
+                    validator(&schema)
+                        .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?,
+                )
+            }
+        };
+        Ok(Self { fields, reader, validators: Mutex::default() })
     }
 
     fn parse(&self, record: &Record<'_>, out: &mut Emitter) -> Result<(), RecordError> {
@@ -68,10 +82,13 @@ impl Parser for JsonSchemaParser {
         if !row.is_object() {
             return Err(RecordError::invalid_value(format!("schema id {id}: the payload is not a JSON object")));
         }
-        if let Err(e) = validator.validate(&row) {
-            let at = e.instance_path().to_string();
-            let at = if at.is_empty() { "the row".to_string() } else { format!("`{at}`") };
-            return Err(RecordError::invalid_value(format!("schema id {id}: {at}: {e}")));
+        for (v, whose) in std::iter::once((validator, "")).chain(self.reader.iter().map(|r| (r, "the reader schema: ")))
+        {
+            if let Err(e) = v.validate(&row) {
+                let at = e.instance_path().to_string();
+                let at = if at.is_empty() { "the row".to_string() } else { format!("`{at}`") };
+                return Err(RecordError::invalid_value(format!("schema id {id}: {whose}{at}: {e}")));
+            }
         }
         let (time, key) = self.fields.event(&row).map_err(record_error)?;
         out.emit_json(time, key.as_deref(), payload)
@@ -97,14 +114,19 @@ fn compile(id: u32) -> Result<Ready, RecordError> {
     if schema.schema_type != SchemaType::Json {
         return Ok(Err(format!("it is {}, and this parser reads JSON Schema", schema.schema_type.name())));
     }
+    Ok(validator(&schema))
+}
+
+/// A JSON Schema's validator, its references answered from what the registry gave with it.
+fn validator(schema: &registry::Schema) -> Result<Validator, String> {
     let Ok(text) = serde_json::from_str::<Value>(&schema.text) else {
-        return Ok(Err("its schema is not JSON".into()));
+        return Err("its schema is not JSON".into());
     };
     let mut refs = Vec::new();
     for (name, t) in &schema.references {
         match serde_json::from_str(t) {
             Ok(v) => refs.push((name.clone(), v)),
-            Err(e) => return Ok(Err(format!("reference {name:?} is not JSON: {e}"))),
+            Err(e) => return Err(format!("reference {name:?} is not JSON: {e}")),
         }
     }
     let mut options = jsonschema::options().with_retriever(References(refs));
@@ -113,7 +135,7 @@ fn compile(id: u32) -> Result<Ready, RecordError> {
     if text.get("$schema").is_none() {
         options = options.with_draft(Draft::Draft7);
     }
-    Ok(options.build(&text).map_err(|e| format!("not a JSON Schema: {e}")))
+    options.build(&text).map_err(|e| format!("not a JSON Schema: {e}"))
 }
 
 export_plugin!(parser: JsonSchemaParser);

@@ -64,3 +64,34 @@ fn what_the_schema_refuses_is_a_dead_letter_naming_where() {
     assert!(said[5].contains("schema id 5: it is Avro, and this parser reads JSON Schema"), "{said:?}");
     assert!(said[6].contains("schema id 77: not in the schema registry"), "{said:?}");
 }
+
+#[test]
+fn a_record_must_fit_the_reader_schema_too() {
+    // The reader (a later version) requires `status`; the writer's did not.
+    let reader = r#"{"type":"object","properties":{"order_id":{"type":"integer"},"status":{"enum":["OK","ERROR"]}},
+        "required":["order_id","status"]}"#;
+    serve_schemas(
+        vec![
+            Served {
+                id: 4,
+                schema_type: SchemaType::Json,
+                text: ORDER.into(),
+                references: vec![("user.json".into(), USER.into())],
+            },
+            Served { id: 6, schema_type: SchemaType::Json, text: reader.into(), references: vec![] },
+            Served { id: 5, schema_type: SchemaType::Avro, text: "\"long\"".into(), references: vec![] },
+        ],
+        vec![("orders-value".into(), 2, 6), ("avro-value".into(), 1, 5)],
+    );
+    let config = r#"{"time_field":"order_ts","reader_subject":"orders-value","reader_version":2}"#;
+    let fits = r#"{"order_id":1,"status":"OK","order_ts":1}"#;
+    let records = [framed(4, fits), framed(4, r#"{"order_id":2,"order_ts":2}"#)];
+    let records: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+    let (events, errors) = run_parser::<JsonSchemaParser>(config, &records).unwrap();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].row, fits.as_bytes());
+    assert!(errors[0].message.starts_with("schema id 4: the reader schema: the row:"), "{errors:?}");
+    assert!(errors[0].message.contains("status"), "{errors:?}");
+    let avro = r#"{"time_field":"order_ts","reader_subject":"avro-value","reader_version":1}"#;
+    assert!(run_parser::<JsonSchemaParser>(avro, &[]).is_err(), "a reader schema of another type is refused");
+}

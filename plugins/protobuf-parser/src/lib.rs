@@ -12,11 +12,14 @@
 //!
 //! The stage needs `grants.registry = true` and the pipeline a `[registry]`. Config:
 //! `time_field` (required), `time_unit` (`"ms"` default, `"s"`), `key_fields` (up to
-//! `weir_schema::rows::MAX_KEY_FIELDS` field paths).
+//! `weir_schema::rows::MAX_KEY_FIELDS` field paths), and the reader schema, `reader_subject`
+//! with `reader_version`. With a reader schema, each record's bytes are read as the reader's
+//! message of the same full name, by Protobuf's own rules: fields matched by number, a field
+//! the writer lacks its default, a field the reader lacks dropped.
 //!
 //! A record whose magic byte is not 0, whose schema id the registry does not have, whose schema
-//! is not Protobuf, whose message indexes name no message, or whose bytes do not decode is that
-//! record's dead letter, with its schema id and why.
+//! is not Protobuf, whose message indexes name no message, whose message the reader schema
+//! lacks, or whose bytes do not decode is that record's dead letter, with its schema id and why.
 //!
 //! Invariant: a schema is compiled once per instance, whatever the number of records.
 
@@ -38,6 +41,8 @@ type Ready = Result<FileDescriptor, String>;
 
 struct ProtobufParser {
     fields: EventFields,
+    /// The reader schema's messages, when the pipeline names one.
+    reader: Option<DescriptorPool>,
     /// By schema id. A mutex only because a parser must be `Sync`.
     files: Mutex<HashMap<u32, Ready>>,
     json: SerializeOptions,
@@ -48,8 +53,18 @@ impl Parser for ProtobufParser {
         let s: EventSettings = config.parse()?;
         let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
+        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
+            None => None,
+            Some((subject, version)) => {
+                let schema = registry::reader_schema(subject, version, SchemaType::Protobuf)?;
+                let (pool, _) = descriptors::pool(schema.id, &schema.text, &schema.references)
+                    .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?;
+                Some(pool)
+            }
+        };
         Ok(Self {
             fields,
+            reader,
             files: Mutex::default(),
             json: SerializeOptions::new()
                 .stringify_64_bit_integers(false)
@@ -68,7 +83,12 @@ impl Parser for ProtobufParser {
             std::collections::hash_map::Entry::Vacant(v) => v.insert(file_of(id)?),
         };
         let file = ready.as_ref().map_err(|why| bad(why.clone()))?;
-        let message = message_at(file, &indexes).map_err(bad)?;
+        let mut message = message_at(file, &indexes).map_err(bad)?;
+        if let Some(reader) = &self.reader {
+            message = reader.get_message_by_name(message.full_name()).ok_or_else(|| {
+                bad(format!("the reader schema has no message {}, which the record is", message.full_name()))
+            })?;
+        }
         let decoded = DynamicMessage::decode(message.clone(), payload)
             .map_err(|e| bad(format!("the bytes do not decode as {}: {e}", message.full_name())))?;
         let row = decoded

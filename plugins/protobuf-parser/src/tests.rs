@@ -118,3 +118,81 @@ fn bad_records_are_dead_letters_with_their_schema_id_and_why() {
     assert!(said[3].contains("schema id 55: not in the schema registry"), "{said:?}");
     assert!(said[4].contains("cut short"), "{said:?}");
 }
+
+/// Order as a later version has it: `status` gone, `note` and `count` new (field 2 is no longer
+/// read; fields 6 and 7 take their defaults).
+const ORDER_V2: &str = r#"syntax = "proto3";
+package shop;
+import "google/protobuf/timestamp.proto";
+import "shop/user.proto";
+message Other { string s = 1; }
+message Order {
+  int64 order_id = 1;
+  int64 order_ts = 3;
+  User user = 4;
+  google.protobuf.Timestamp at = 5;
+  string note = 6;
+  int32 count = 7;
+}
+"#;
+
+/// A reader whose field 3 is text: the writer's number cannot be read as it.
+const ORDER_BAD: &str = r#"syntax = "proto3";
+package shop;
+message Order { int64 order_id = 1; string order_ts = 3; }
+"#;
+
+fn serve_with_readers() {
+    let refs = vec![("shop/user.proto".to_string(), USER.to_string())];
+    let schema = |id: u32, text: &str, references: Vec<(String, String)>| Served {
+        id,
+        schema_type: SchemaType::Protobuf,
+        text: text.into(),
+        references,
+    };
+    serve_schemas(
+        vec![
+            schema(8, ORDER, refs.clone()),
+            schema(11, ORDER_V2, refs.clone()),
+            schema(12, ORDER_BAD, vec![]),
+            schema(13, "syntax = \"proto3\";\nmessage Elsewhere { int64 order_ts = 3; }\n", vec![]),
+            Served { id: 10, schema_type: SchemaType::Json, text: "{}".into(), references: vec![] },
+        ],
+        vec![
+            ("orders-value".into(), 2, 11),
+            ("bad-value".into(), 1, 12),
+            ("other-value".into(), 1, 13),
+            ("json-value".into(), 1, 10),
+        ],
+    );
+}
+
+#[test]
+fn a_reader_schema_reads_the_writer_s_bytes_by_field_number_with_its_defaults() {
+    serve_with_readers();
+    let config = |subject: &str| {
+        format!(
+            r#"{{"time_field":"order_ts","reader_subject":"{subject}","reader_version":{}}}"#,
+            1 + u32::from(subject == "orders-value")
+        )
+    };
+    let msg = framed(8, &[2, 2], &order_bytes(7, "OK", 1_700_000_000_000, "u7"));
+    let (events, errors) = run_parser::<ProtobufParser>(&config("orders-value"), &[&msg]).unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+    let row: Value = serde_json::from_slice(&events[0].row).unwrap();
+    assert_eq!(
+        (row["order_id"].as_i64(), row["count"].as_i64(), row["note"].as_str()),
+        (Some(7), Some(0), Some("")),
+        "{row}"
+    );
+    assert!(row.get("status").is_none(), "a field the reader lacks is dropped: {row}");
+    assert_eq!(events[0].time, 1_700_000_000_000);
+    // A reader that reads field 3 as text, and one without the record's message: dead letters.
+    let (_, errors) = run_parser::<ProtobufParser>(&config("bad-value"), &[&msg]).unwrap();
+    assert!(errors[0].message.contains("do not decode as shop.Order"), "{errors:?}");
+    let (_, errors) = run_parser::<ProtobufParser>(&config("other-value"), &[&msg]).unwrap();
+    assert!(errors[0].message.contains("the reader schema has no message shop.Order"), "{errors:?}");
+    // A reader schema of another type, or named by half, is refused at start.
+    assert!(run_parser::<ProtobufParser>(&config("json-value"), &[]).is_err());
+    assert!(run_parser::<ProtobufParser>(r#"{"time_field":"t","reader_subject":"orders-value"}"#, &[]).is_err());
+}
