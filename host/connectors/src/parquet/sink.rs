@@ -115,9 +115,13 @@ impl TableSink for ParquetSink {
         // Two values written differently (`"a"`, `"\u0061"`) are one directory, and one file.
         let mut dirs: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
         for (k, idx) in parts {
-            let dir = match &self.s.partition {
-                Some(p) => self.s.path.join(directory(p, &k)?),
-                None => self.s.path.clone(),
+            let dir = match self.s.partition.as_ref().map(|p| directory(p, &k)).transpose() {
+                Ok(Some(d)) => self.s.path.join(d),
+                Ok(None) => self.s.path.clone(),
+                Err(why) => {
+                    self.rejected.extend(idx.into_iter().map(|i| (i, why.clone())));
+                    continue;
+                }
             };
             dirs.entry(dir).or_default().extend(idx);
         }
@@ -171,17 +175,16 @@ fn key(p: &Partition, schema: &arrow_schema::Schema, row: &[u8]) -> Result<Key, 
     Ok(Key::Bucket(ms.div_euclid(per)))
 }
 
-/// A partition's directory (`status=PAID`, `window_start_day=2026-11-01`).
-fn directory(p: &Partition, k: &Key) -> Result<PathBuf, ConnectorError> {
+/// A partition's directory (`status=PAID`, `window_start_day=2026-11-01`), or why its rows
+/// have none (a string value whose escapes do not read).
+fn directory(p: &Partition, k: &Key) -> Result<PathBuf, String> {
     let column = p.column();
     let dir = match (p, k) {
         (_, Key::None) => String::new(),
         (_, Key::Value(None)) => format!("{column}={NULL_PARTITION}"),
         (_, Key::Value(Some(v))) => {
             let text: String = match v.first() {
-                Some(b'"') => {
-                    serde_json::from_slice(v).map_err(|e| ConnectorError::Parquet(format!("{column}: {e}")))?
-                }
+                Some(b'"') => serde_json::from_slice(v).map_err(|e| format!("`{column}` is not a JSON string: {e}"))?,
                 _ => String::from_utf8_lossy(v).into_owned(),
             };
             format!("{column}={}", escape(&text))

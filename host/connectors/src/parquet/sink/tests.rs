@@ -119,6 +119,11 @@ fn partition_values_are_directory_names_that_stay_inside() {
     s.deliver(&Delivery { checkpoint: "c", batch_id: 1 }, &batch).unwrap();
     let files = read(dir.path());
     assert_eq!(files.values().cloned().collect::<Vec<_>>(), vec![vec![1, 3], vec![2]], "one value, one file");
+    // A value whose escape does not read is its row's dead letter, not the batch's failure.
+    let bad = rows(&[&format!(r#"{{"window_start":{DAY},"status":"\uZZZZ","count":4}}"#)]);
+    s.deliver(&Delivery { checkpoint: "c", batch_id: 2 }, &bad).unwrap();
+    let rejected = s.rejected();
+    assert!(rejected.len() == 1 && rejected[0].1.contains("`status` is not a JSON string"), "{rejected:?}");
     let names: Vec<String> = read(dir.path()).into_keys().collect();
     assert_eq!(
         names,
