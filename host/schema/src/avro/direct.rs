@@ -119,83 +119,6 @@ impl Run<'_, '_> {
         }
         let plan: &Plan = self.plan;
         let number = match &plan.nodes[id] {
-            Node::Null => {
-                out.extend_from_slice(b"null");
-                None
-            }
-            Node::Boolean => {
-                match take(bytes, 1, "a boolean")?[0] {
-                    0 => out.extend_from_slice(b"false"),
-                    1 => out.extend_from_slice(b"true"),
-                    b => return err(format!("a boolean is 0 or 1, not {b}")),
-                }
-                None
-            }
-            Node::Int(kind) => {
-                let n = i64::from(int(bytes)?);
-                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                Some(number(*kind, n))
-            }
-            Node::Long(kind) => {
-                let n = long(bytes)?;
-                out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-                Some(number(*kind, n))
-            }
-            Node::Float => {
-                let f = f64::from(f32::from_le_bytes(take(bytes, 4, "a float")?.try_into().unwrap_or([0; 4])));
-                super::float::float(f, out);
-                Some(Number::Float(f))
-            }
-            Node::Double => {
-                let f = f64::from_le_bytes(take(bytes, 8, "a double")?.try_into().unwrap_or([0; 8]));
-                super::float::float(f, out);
-                Some(Number::Float(f))
-            }
-            Node::String => {
-                string(utf8(bytes, "a string")?, out);
-                None
-            }
-            Node::Bytes => {
-                let n = length(bytes, "bytes")?;
-                base64(take(bytes, n, "bytes")?, out);
-                None
-            }
-            Node::UuidBytes => {
-                let n = length(bytes, "a uuid")?;
-                uuid(take(bytes, n, "a uuid")?, out)?;
-                None
-            }
-            Node::UuidFixed(size) => {
-                uuid(take(bytes, *size, "a uuid")?, out)?;
-                None
-            }
-            Node::Fixed(size) => {
-                base64(take(bytes, *size, "fixed")?, out);
-                None
-            }
-            Node::Duration => {
-                let b = take(bytes, 12, "a duration")?;
-                let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-                let _ = write!(out, r#"{{"months":{},"days":{},"millis":{}}}"#, part(0), part(4), part(8));
-                None
-            }
-            Node::Decimal { fixed, scale } => {
-                let b = match fixed {
-                    None => {
-                        let n = length(bytes, "a decimal")?;
-                        take(bytes, n, "a decimal")?
-                    }
-                    Some(size) => take(bytes, *size, "a decimal")?,
-                };
-                string(&super::json::decimal_text(b, *scale), out);
-                None
-            }
-            Node::Enum(name, symbols) => {
-                let i = int(bytes)?;
-                let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
-                out.extend_from_slice(symbol.ok_or_else(|| DecodeError(format!("enum {name}: no symbol {i}")))?);
-                None
-            }
             Node::Union(branches) => {
                 let i = long(bytes)?;
                 let branch = usize::try_from(i).ok().and_then(|i| branches.get(i));
@@ -237,6 +160,7 @@ impl Run<'_, '_> {
                 }
                 None
             }
+            leaf => return leaf_value(leaf, bytes, out),
         };
         Ok(number)
     }
@@ -285,6 +209,92 @@ impl Run<'_, '_> {
             }
         }
     }
+}
+
+/// A value that holds no other: its JSON onto `out`, and its number when it is one.
+fn leaf_value(node: &Node, bytes: &mut &[u8], out: &mut Vec<u8>) -> Result<Option<Number>, DecodeError> {
+    Ok(match node {
+        Node::Null => {
+            out.extend_from_slice(b"null");
+            None
+        }
+        Node::Boolean => {
+            match take(bytes, 1, "a boolean")?[0] {
+                0 => out.extend_from_slice(b"false"),
+                1 => out.extend_from_slice(b"true"),
+                b => return err(format!("a boolean is 0 or 1, not {b}")),
+            }
+            None
+        }
+        Node::Int(kind) => {
+            let n = i64::from(int(bytes)?);
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            Some(number(*kind, n))
+        }
+        Node::Long(kind) => {
+            let n = long(bytes)?;
+            out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+            Some(number(*kind, n))
+        }
+        Node::Float => {
+            let f = f64::from(f32::from_le_bytes(take(bytes, 4, "a float")?.try_into().unwrap_or([0; 4])));
+            super::float::float(f, out);
+            Some(Number::Float(f))
+        }
+        Node::Double => {
+            let f = f64::from_le_bytes(take(bytes, 8, "a double")?.try_into().unwrap_or([0; 8]));
+            super::float::float(f, out);
+            Some(Number::Float(f))
+        }
+        Node::String => {
+            string(utf8(bytes, "a string")?, out);
+            None
+        }
+        Node::Bytes => {
+            let n = length(bytes, "bytes")?;
+            base64(take(bytes, n, "bytes")?, out);
+            None
+        }
+        Node::UuidBytes => {
+            let n = length(bytes, "a uuid")?;
+            uuid(take(bytes, n, "a uuid")?, out)?;
+            None
+        }
+        Node::UuidFixed(size) => {
+            uuid(take(bytes, *size, "a uuid")?, out)?;
+            None
+        }
+        Node::Fixed(size) => {
+            base64(take(bytes, *size, "fixed")?, out);
+            None
+        }
+        Node::Duration => {
+            let b = take(bytes, 12, "a duration")?;
+            let part = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+            let _ = write!(out, r#"{{"months":{},"days":{},"millis":{}}}"#, part(0), part(4), part(8));
+            None
+        }
+        Node::Decimal { fixed, scale } => {
+            let b = match fixed {
+                None => {
+                    let n = length(bytes, "a decimal")?;
+                    take(bytes, n, "a decimal")?
+                }
+                Some(size) => take(bytes, *size, "a decimal")?,
+            };
+            string(&super::json::decimal_text(b, *scale), out);
+            None
+        }
+        Node::Enum(name, symbols) => {
+            let i = int(bytes)?;
+            let symbol = usize::try_from(i).ok().and_then(|i| symbols.get(i));
+            out.extend_from_slice(symbol.ok_or_else(|| DecodeError(format!("enum {name}: no symbol {i}")))?);
+            None
+        }
+        Node::Union(_) | Node::Array(_) | Node::Map(_) | Node::Record(_) => {
+            return err("a value that holds others is no leaf");
+        }
+    })
 }
 
 fn uuid(b: &[u8], out: &mut Vec<u8>) -> Result<(), DecodeError> {
