@@ -22,20 +22,27 @@ pub struct Encoder {
     options: DeserializeOptions,
 }
 
+/// `file` compiled, its imports resolved in its directory: the pool of everything it needs, and
+/// the file itself.
+pub fn compile(file: &Path) -> Result<(prost_reflect::DescriptorPool, prost_reflect::FileDescriptor), String> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    let name = file.file_name().and_then(|n| n.to_str()).ok_or("not a file name")?;
+    let pool = protox::Compiler::new([dir])
+        .and_then(|mut c| {
+            c.include_imports(true);
+            c.open_file(name)?;
+            Ok(c.descriptor_pool())
+        })
+        .map_err(|e| format!("not a Protobuf schema: {e}"))?;
+    let fd = pool.get_file_by_name(name).ok_or("the file is missing from what it compiled to")?;
+    Ok((pool, fd))
+}
+
 impl Encoder {
     /// Compiles `file` (its imports resolved in its directory) and takes `message` (a full name,
     /// `shop.Order`; `None`: the file's first message).
     pub fn open(file: &Path, message: Option<&str>) -> Result<Self, String> {
-        let dir = file.parent().unwrap_or(Path::new("."));
-        let name = file.file_name().and_then(|n| n.to_str()).ok_or("not a file name")?;
-        let pool = protox::Compiler::new([dir])
-            .and_then(|mut c| {
-                c.include_imports(true);
-                c.open_file(name)?;
-                Ok(c.descriptor_pool())
-            })
-            .map_err(|e| format!("not a Protobuf schema: {e}"))?;
-        let fd = pool.get_file_by_name(name).ok_or("the file is missing from what it compiled to")?;
+        let (pool, fd) = compile(file)?;
         let wanted = match message {
             Some(m) => fd.messages().find(|d| d.full_name() == m).or_else(|| pool.get_message_by_name(m)),
             None => fd.messages().next(),
