@@ -147,21 +147,21 @@ impl TableSink for ParquetSink {
 
 /// What a row's partition is: its column's JSON text, or the hour or day its time falls in.
 #[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Key {
+enum Key<'r> {
     /// No partitioning.
     None,
-    /// The column's value as written (`None`: missing or `null`).
-    Value(Option<Vec<u8>>),
+    /// The column's value as written (`None`: missing or `null`), borrowed from the row.
+    Value(Option<&'r [u8]>),
     /// Hours or days since 1970-01-01 UTC.
     Bucket(i64),
 }
 
-fn key(p: &Partition, schema: &arrow_schema::Schema, row: &[u8]) -> Result<Key, String> {
+fn key<'r>(p: &Partition, schema: &arrow_schema::Schema, row: &'r [u8]) -> Result<Key<'r>, String> {
     let column = p.column();
     let raw = weir_json_scan::field::top_level_field(row, column).map_err(|e| format!("not a JSON object: {e}"))?;
     let raw = raw.filter(|r| *r != b"null");
     let per = match p {
-        Partition::Value(_) => return Ok(Key::Value(raw.map(<[u8]>::to_vec))),
+        Partition::Value(_) => return Ok(Key::Value(raw)),
         Partition::Day(_) => 86_400_000,
         Partition::Hour(_) => 3_600_000,
     };
@@ -177,7 +177,7 @@ fn key(p: &Partition, schema: &arrow_schema::Schema, row: &[u8]) -> Result<Key, 
 
 /// A partition's directory (`status=PAID`, `window_start_day=2026-11-01`), or why its rows
 /// have none (a string value whose escapes do not read).
-fn directory(p: &Partition, k: &Key) -> Result<PathBuf, String> {
+fn directory(p: &Partition, k: &Key<'_>) -> Result<PathBuf, String> {
     let column = p.column();
     let dir = match (p, k) {
         (_, Key::None) => String::new(),
