@@ -109,22 +109,27 @@ pub fn schema_by_version(subject: &str, version: u32) -> Result<Schema, Registry
     imp::by_version(subject, version)
 }
 
-/// A parser's reader schema, for its `new`: version `version` of `subject`, which must be of
-/// type `want`. A registry that cannot be reached is an I/O error (the host retries the
-/// start); a missing or mistyped schema is the config's error, naming the subject.
-pub fn reader_schema(subject: &str, version: u32, want: SchemaType) -> Result<Schema, crate::PluginError> {
+/// A parser's reader schema, for its `new`: version `version` of `subject` (`pinned`; `None`:
+/// no reader schema), which must be of type `want`, made ready for use by `ready` (parsed,
+/// compiled). A registry that cannot be reached is an I/O error (the host retries the start);
+/// a missing or mistyped schema, or one `ready` refuses, is the config's error, naming the
+/// subject.
+pub fn reader<T>(
+    pinned: Option<(&str, u32)>,
+    want: SchemaType,
+    ready: impl FnOnce(&Schema) -> Result<T, String>,
+) -> Result<Option<T>, crate::PluginError> {
+    let Some((subject, version)) = pinned else { return Ok(None) };
+    let invalid =
+        |why: String| crate::PluginError::InvalidConfig(format!("reader_subject {subject:?} version {version}: {why}"));
     let schema = schema_by_version(subject, version).map_err(|e| match e {
         RegistryError::Unavailable(m) => crate::PluginError::Io(m),
-        e => crate::PluginError::InvalidConfig(format!("reader_subject {subject:?} version {version}: {e}")),
+        e => invalid(e.to_string()),
     })?;
     if schema.schema_type != want {
-        return Err(crate::PluginError::InvalidConfig(format!(
-            "reader_subject {subject:?} version {version} is {}, not {}",
-            schema.schema_type.name(),
-            want.name()
-        )));
+        return Err(invalid(format!("it is {}, not {}", schema.schema_type.name(), want.name())));
     }
-    Ok(schema)
+    ready(&schema).map(Some).map_err(invalid)
 }
 
 #[cfg(target_arch = "wasm32")]

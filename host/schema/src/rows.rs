@@ -37,6 +37,11 @@ pub struct EventSettings {
 }
 
 impl EventSettings {
+    /// Where the event time and key are, checked.
+    pub fn fields(&self) -> Result<EventFields, String> {
+        EventFields::new(&self.time_field, self.time_unit, &self.key_fields)
+    }
+
     /// The reader schema's subject and version, if one is named; both or neither.
     pub fn reader(&self) -> Result<Option<(&str, u32)>, String> {
         match (&self.reader_subject, self.reader_version) {

@@ -98,18 +98,14 @@ fn parse_schema(s: &registry::Schema) -> Result<(Schema, Vec<Schema>), String> {
 impl Parser for AvroParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
         let s: EventSettings = config.parse()?;
-        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        let fields = s.fields().map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
-        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
-            None => None,
-            Some((subject, version)) => {
-                let schema = registry::reader_schema(subject, version, SchemaType::Avro)?;
-                let (s, refs) = parse_schema(&schema)
-                    .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?;
-                let names = Names::of(std::iter::once(&s).chain(&refs));
-                Some(Reader { schema: s, names })
-            }
-        };
+        let pinned = s.reader().map_err(PluginError::InvalidConfig)?;
+        let reader = registry::reader(pinned, SchemaType::Avro, |schema| {
+            let (s, refs) = parse_schema(schema)?;
+            let names = Names::of(std::iter::once(&s).chain(&refs));
+            Ok(Reader { schema: s, names })
+        })?;
         if let Some(deep) = std::iter::once(&fields.time).chain(&fields.keys).find(|p| p.len() > MAX_PATH) {
             return Err(PluginError::InvalidConfig(format!(
                 "`{}`: a field path goes at most {MAX_PATH} records deep",

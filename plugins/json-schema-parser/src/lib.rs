@@ -54,18 +54,10 @@ impl Retrieve for References {
 impl Parser for JsonSchemaParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
         let s: EventSettings = config.parse()?;
-        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        let fields = s.fields().map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
-        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
-            None => None,
-            Some((subject, version)) => {
-                let schema = registry::reader_schema(subject, version, SchemaType::Json)?;
-                Some(
-                    validator(&schema)
-                        .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?,
-                )
-            }
-        };
+        let pinned = s.reader().map_err(PluginError::InvalidConfig)?;
+        let reader = registry::reader(pinned, SchemaType::Json, validator)?;
         Ok(Self { fields, reader, validators: Mutex::default() })
     }
 

@@ -51,17 +51,12 @@ struct ProtobufParser {
 impl Parser for ProtobufParser {
     fn new(config: &Config) -> Result<Self, PluginError> {
         let s: EventSettings = config.parse()?;
-        let fields = EventFields::new(&s.time_field, s.time_unit, &s.key_fields).map_err(PluginError::InvalidConfig)?;
+        let fields = s.fields().map_err(PluginError::InvalidConfig)?;
         registry::require_grant()?;
-        let reader = match s.reader().map_err(PluginError::InvalidConfig)? {
-            None => None,
-            Some((subject, version)) => {
-                let schema = registry::reader_schema(subject, version, SchemaType::Protobuf)?;
-                let (pool, _) = descriptors::pool(schema.id, &schema.text, &schema.references)
-                    .map_err(|e| PluginError::InvalidConfig(format!("reader_subject {subject:?}: {e}")))?;
-                Some(pool)
-            }
-        };
+        let pinned = s.reader().map_err(PluginError::InvalidConfig)?;
+        let reader = registry::reader(pinned, SchemaType::Protobuf, |schema| {
+            descriptors::pool(schema.id, &schema.text, &schema.references).map(|(pool, _)| pool)
+        })?;
         Ok(Self {
             fields,
             reader,
