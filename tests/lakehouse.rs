@@ -1,14 +1,16 @@
 //! Where the data lands, read back by the tools people read it with: Parquet files that DuckDB
-//! and pyarrow read (`tests/lakehouse/read.py`), written through repeated `kill -9` with each
-//! row once, rows that do not fit dead-lettered naming the column, and bad settings refused
-//! naming the key.
+//! and pyarrow read (`tests/lakehouse/read.py`), and PostgreSQL tables that `psql` reads, written
+//! through repeated `kill -9` with each row once, rows that do not fit dead-lettered naming the
+//! column, and bad settings refused naming the key.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::*;
 
+mod debezium;
 mod parquet;
+mod postgres;
 
 fn python() -> PathBuf {
     std::env::var_os("WEIR_PYTHON").map_or_else(|| "python3".into(), PathBuf::from)

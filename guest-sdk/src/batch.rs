@@ -381,6 +381,16 @@ impl Emitter {
         self.push(time, key)
     }
 
+    /// Emits the deletion of `key` (a tombstone): an event without a row. A stateless pipeline
+    /// with `output.tombstones = true` passes it to the sink, which deletes the key's row (a
+    /// PostgreSQL table, a compacted Kafka topic); anywhere else it is a dead letter.
+    pub fn emit_deletion(&mut self, time: i64, key: &[u8]) -> Result<(), RecordError> {
+        if key.is_empty() {
+            return Err(RecordError::invalid_value("a deletion needs a key: nothing says what to delete"));
+        }
+        self.push(time, Some(key))
+    }
+
     fn push(&mut self, time: i64, key: Option<&[u8]>) -> Result<(), RecordError> {
         let (Ok(row_end), Ok(key_end)) =
             (u32::try_from(self.batch.rows.len()), u32::try_from(self.batch.keys.len() + key.map_or(0, <[u8]>::len)))

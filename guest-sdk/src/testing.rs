@@ -131,15 +131,26 @@ fn settle(out: types::BatchOutput) -> (Vec<Emitted>, Vec<Rejected>) {
 /// Parses `values` (raw record values, offsets 0, 1, …) as one batch: the events and the
 /// records that became dead letters.
 pub fn run_parser<P: Parser>(config: &str, values: &[&[u8]]) -> Result<(Vec<Emitted>, Vec<Rejected>), PluginError> {
+    let records: Vec<(&[u8], &[u8])> = values.iter().map(|v| (&b""[..], *v)).collect();
+    run_parser_keyed::<P>(config, &records)
+}
+
+/// Parses `records` (each a key, empty for none, and a value) as one batch, as
+/// [`run_parser`] does.
+pub fn run_parser_keyed<P: Parser>(
+    config: &str,
+    records: &[(&[u8], &[u8])],
+) -> Result<(Vec<Emitted>, Vec<Rejected>), PluginError> {
     let cell = role(config, P::new)?;
-    let mut data = Vec::new();
-    let value_ends = ends(values.iter().copied(), &mut data);
-    let n = values.len();
+    let (mut keys, mut data) = (Vec::new(), Vec::new());
+    let key_ends = ends(records.iter().map(|r| r.0), &mut keys);
+    let value_ends = ends(records.iter().map(|r| r.1), &mut data);
+    let n = records.len();
     let batch = types::RawBatch {
         values: data,
         value_ends,
-        keys: Vec::new(),
-        key_ends: vec![0; n],
+        keys,
+        key_ends,
         timestamps: vec![-1; n],
         partitions: vec![0; n],
         offsets: (0..n as i64).collect(),

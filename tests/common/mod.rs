@@ -6,6 +6,7 @@
 pub mod apache_kafka;
 pub mod kafka;
 pub mod medallion;
+pub mod postgres;
 pub mod registry;
 pub mod serve;
 

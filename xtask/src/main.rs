@@ -33,6 +33,7 @@ const PLUGINS: &[&str] = &[
     "avro-parser",
     "json-schema-parser",
     "protobuf-parser",
+    "debezium-parser",
     "json-filter",
     "stats",
     "stdout-sink",
@@ -114,8 +115,9 @@ fn have(cmd: &str, arg: &str) -> bool {
 }
 
 /// What only the tests need: the web console is tested in Debian's headless Chromium, driven
-/// over WebDriver by its ChromeDriver (`tests/console.rs`).
-const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver"];
+/// over WebDriver by its ChromeDriver (`tests/console.rs`); the PostgreSQL sink against Debian's
+/// PostgreSQL server, read back with its `psql` (`tests/lakehouse/postgres.rs`).
+const TEST_PACKAGES: &[&str] = &["chromium", "chromium-driver", "postgresql", "postgresql-client"];
 
 /// Installs the build's tools and packages, and `extra` packages besides.
 fn setup(extra: &[&str]) -> Result<()> {
@@ -336,6 +338,8 @@ fn test(root: &Path, kafka: &Path, registry: &Path) -> Result<()> {
         "json-schema-parser",
         "-p",
         "protobuf-parser",
+        "-p",
+        "debezium-parser",
     ]))?;
     workspace_tests(kafka, registry, &python)
 }

@@ -136,6 +136,8 @@ pub enum SinkConfig {
     },
     /// Parquet files in a directory (`weir_connectors::parquet`).
     Parquet(weir_connectors::parquet::Settings),
+    /// A PostgreSQL table, upserted by key (`weir_connectors::postgres`).
+    Postgres(weir_connectors::postgres::Settings),
 }
 
 #[derive(Debug, Clone)]

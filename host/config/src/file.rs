@@ -156,6 +156,16 @@ pub(super) struct SinkFile {
     pub(super) compression: Option<String>,
     pub(super) row_group_rows: Option<i64>,
     pub(super) partition_by: Option<String>,
+    /// PostgreSQL: the file of connection settings, the password's file, the table, the
+    /// columns a row is found by and those written, the deliveries table, and how long to wait
+    /// for a database that went away.
+    pub(super) connection: Option<PathBuf>,
+    pub(super) password_file: Option<PathBuf>,
+    pub(super) table: Option<String>,
+    pub(super) key_columns: Option<Vec<String>>,
+    pub(super) columns: Option<Vec<String>>,
+    pub(super) deliveries_table: Option<String>,
+    pub(super) retry_for: Option<Dur>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -175,6 +185,7 @@ pub(super) enum SinkKindFile {
     Kafka,
     Dataset,
     Parquet,
+    Postgres,
 }
 
 impl SinkKindFile {
@@ -184,6 +195,7 @@ impl SinkKindFile {
             SinkKindFile::Kafka => "Kafka",
             SinkKindFile::Dataset => "dataset",
             SinkKindFile::Parquet => "Parquet",
+            SinkKindFile::Postgres => "PostgreSQL",
         }
     }
 }

@@ -168,6 +168,10 @@ pub struct Pipeline {
     pub group: Option<String>,
     /// `[registry]`: the schema registry the pipeline's stages and sink reach.
     pub registry: Option<weir_schema::RegistryConfig>,
+    /// `output.tombstones` in a stateless pipeline: an event without a row (a parser's
+    /// deletion, such as a Debezium delete) goes to the sink as a tombstone for its key, not to
+    /// the dead letters.
+    pub deletions: bool,
 }
 
 impl Pipeline {

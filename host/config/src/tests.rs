@@ -378,6 +378,14 @@ fn tombstones_need_state_that_is_deleted_and_a_sink_that_takes_keys() {
     assert!(e.contains("sink.key") && e.contains("tombstone"), "{e}");
     let e = err(&format!("{JOIN}[output]\ntombstones = true\n"));
     assert!(e.contains("output.tombstones"), "{e}");
+    // Without state, the tombstones are the parser's deletions, passed on.
+    let stateless =
+        JOIN.replace("[join]\n    table = { type = \"replay\", path = \"users.jsonl\" }\n    on = \"user_id\"\n", "");
+    let p =
+        Pipeline::parse(&format!("{stateless}[output]\ntombstones = true\n{kafka_sink}"), Path::new("p.toml")).unwrap();
+    assert!(p.deletions && p.stateful.is_none());
+    assert!(!Pipeline::parse(&format!("{stateless}{kafka_sink}"), Path::new("p.toml")).unwrap().deletions);
+    assert!(!Pipeline::parse(&update, Path::new("p.toml")).unwrap().deletions, "a window's tombstones are its own");
 }
 
 #[test]

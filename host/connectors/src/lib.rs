@@ -4,12 +4,14 @@
 //! configuration crate builds their settings. Nothing here knows the engine or the pipeline file.
 //!
 //! - `parquet/`: each batch as Parquet files in a directory, partitioned by a column.
+//! - `postgres/`: a changelog upserted into (and deleted from) a PostgreSQL table.
 //!
 //! Invariant: a sink keeps each delivery (checkpoint identity, batch id) once. The same
 //! delivery always carries the same rows, so writing one again leaves what the first write left.
 
 pub mod avro_arrow;
 pub mod parquet;
+pub mod postgres;
 
 use weir_types::Delivery;
 use weir_types::rows::Rows;
@@ -37,6 +39,14 @@ pub enum ConnectorError {
     },
     #[error("{0}")]
     Parquet(String),
+    /// A database call that failed; `transient` when it may pass by itself (the database went
+    /// away), which the sink waits out for a while.
+    #[error("{what}: {why}")]
+    Postgres { what: String, transient: bool, why: String },
+    /// The external system is not as the settings need it (a table without the key's index):
+    /// the pipeline file's key, and the fix.
+    #[error("{key}: {why}")]
+    Refused { key: String, why: String },
 }
 
 impl ConnectorError {

@@ -124,12 +124,16 @@ pub(super) fn check_size<R: super::sandbox::Role>(sandbox: &Sandbox<R>, bytes: u
 /// Checks, settles and counts what a record-by-record stage (parse, transform) returned for
 /// `inputs` items: its shape against the contract, its size against `limits.max_output` (error
 /// messages included), then every row that is not one line of UTF-8 JSON object becomes its
-/// input's error, and [`settle`] leaves each input delivered or dead-lettered, never both.
+/// input's error (but a deletion: an empty row with a key, `wit/plugin.wit`), and [`settle`]
+/// leaves each input delivered or dead-lettered, never both.
 fn accept<R: Role>(sandbox: &Sandbox<R>, inputs: usize, mut out: BatchOutput) -> Result<BatchOutput, PluginError> {
     let messages: usize = out.errors.iter().map(|e| e.message.len()).sum();
     check_size(sandbox, out.events.rows.len() + out.events.keys.len() + messages)?;
     check_output(sandbox.stage(), &out, inputs)?;
-    for (i, why) in json::misshapen(&out.events.rows, &out.events.row_ends) {
+    let e = &out.events;
+    let deletion = |i: usize| columns::span(&e.row_ends, i).is_empty() && !columns::span(&e.key_ends, i).is_empty();
+    let misshapen: Vec<_> = json::misshapen(&e.rows, &e.row_ends).into_iter().filter(|&(i, _)| !deletion(i)).collect();
+    for (i, why) in misshapen {
         let index = out.events.origins[i];
         out.errors.push(RecordError { index, kind: RecordErrorKind::InvalidValue, message: why.to_string() });
     }

@@ -109,17 +109,21 @@ pub fn confine(scope: &Scope, text: &str) -> Result<Confined, Refusal> {
 }
 
 /// The files a pipeline's validation reads (a Parquet sink's `schema`, whose columns are
-/// checked then), confined before the file is validated: read first, a file outside the area
-/// would tell the tenant whether it exists.
+/// checked then; a PostgreSQL sink's connection and password files), confined before the file
+/// is validated: read first, a file outside the area would tell the tenant whether it exists.
 fn read_at_validation(scope: &Scope, table: &toml::Table) -> Result<(), Refusal> {
     let Some(sink) = table.get("sink").and_then(|s| s.as_table()) else { return Ok(()) };
-    if sink.get("type").and_then(|t| t.as_str()) != Some("parquet") {
-        return Ok(());
+    let keys: &[&str] = match sink.get("type").and_then(|t| t.as_str()) {
+        Some("parquet") => &["schema"],
+        Some("postgres") => &["connection", "password_file"],
+        _ => return Ok(()),
+    };
+    for key in keys {
+        if let Some(file) = sink.get(*key).and_then(|s| s.as_str()) {
+            confine_path(scope.files, &format!("sink.{key}"), &scope.files.join(file))?;
+        }
     }
-    match sink.get("schema").and_then(|s| s.as_str()) {
-        Some(schema) => confine_path(scope.files, "sink.schema", &scope.files.join(schema)),
-        None => Ok(()),
-    }
+    Ok(())
 }
 
 /// The file as a table, its `name` the request's and replaced by the run name, and with no
@@ -190,7 +194,8 @@ fn check_sources(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
 }
 
 /// A sink the service can run for a tenant: Kafka with the tenant's transactional id, a
-/// plugin, or Parquet files in the tenant's data area; never a dataset or none.
+/// plugin, Parquet files in the tenant's data area, or a PostgreSQL database on the allow-list;
+/// never a dataset or none.
 fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     match &pipeline.sink {
         Some(SinkConfig::Kafka(k)) => {
@@ -208,6 +213,18 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
         }
         Some(SinkConfig::Wasm(_)) => {}
         Some(SinkConfig::Parquet(p)) => confine_path(scope.files, "sink.path", &p.path)?,
+        Some(SinkConfig::Postgres(p)) => {
+            confine_path(scope.files, "sink.connection", &p.connection_file)?;
+            if let Some(f) = &p.password_file {
+                confine_path(scope.files, "sink.password_file", f)?;
+            }
+            if !scope.allow_network.contains(&p.address) {
+                return Err(refuse(
+                    "sink.connection",
+                    format!("`{}` is not on the service's network allow-list; ask the admin to add it", p.address),
+                ));
+            }
+        }
         None => {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
         }

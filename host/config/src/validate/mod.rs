@@ -103,7 +103,22 @@ fn build(
         watermark: f.watermark,
         dedup: f.dedup,
     };
-    let stateful = stateful::stateful(tables, &f.output, tombstones, interval_join, &stages)?;
+    let stateless = tables.window.is_none()
+        && tables.aggregate.is_none()
+        && tables.process.is_none()
+        && tables.dedup.is_none()
+        && tables.watermark.is_none();
+    if tombstones && stateless && join.is_some() {
+        return Err(invalid(
+            "output.tombstones",
+            "a joined row takes in a table's, which a deletion has none of: only a pipeline without [join] \
+             passes its parser's deletions on; remove it"
+                .into(),
+        ));
+    }
+    // A stateless pipeline's tombstones are its parser's deletions, passed on.
+    let deletions = tombstones && stateless;
+    let stateful = stateful::stateful(tables, &f.output, tombstones && !stateless, interval_join, &stages)?;
     joins::check_interval(&join, &stateful, invalid)?;
     if matches!(trigger, Trigger::Continuous { .. }) && (stateful.is_some() || join.is_some()) {
         return Err(invalid(
@@ -142,6 +157,7 @@ fn build(
         failure: failure(f.failure, invalid)?,
         group: None,
         registry,
+        deletions,
     };
     match f.scale {
         None => Ok(pipeline),

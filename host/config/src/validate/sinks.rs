@@ -55,18 +55,28 @@ pub(super) fn sink_config(
             Ok(())
         }
     };
-    if s.kind != SinkKindFile::Parquet {
-        for (key, present) in [
-            ("path", s.path.is_some()),
-            ("compression", s.compression.is_some()),
-            ("row_group_rows", s.row_group_rows.is_some()),
-            ("partition_by", s.partition_by.is_some()),
-        ] {
+    // The keys of one kind of sink, refused on any other.
+    use SinkKindFile::{Parquet, Postgres};
+    for (key, present, kind) in [
+        ("path", s.path.is_some(), Parquet),
+        ("compression", s.compression.is_some(), Parquet),
+        ("row_group_rows", s.row_group_rows.is_some(), Parquet),
+        ("partition_by", s.partition_by.is_some(), Parquet),
+        ("connection", s.connection.is_some(), Postgres),
+        ("password_file", s.password_file.is_some(), Postgres),
+        ("table", s.table.is_some(), Postgres),
+        ("key_columns", s.key_columns.is_some(), Postgres),
+        ("columns", s.columns.is_some(), Postgres),
+        ("deliveries_table", s.deliveries_table.is_some(), Postgres),
+        ("retry_for", s.retry_for.is_some(), Postgres),
+    ] {
+        if s.kind != kind {
             not_for(key, present, s.kind.name())?;
         }
     }
     match s.kind {
         SinkKindFile::Parquet => parquet(s, rel, invalid),
+        SinkKindFile::Postgres => postgres(s, rel, invalid),
         SinkKindFile::Wasm => {
             not_for("dataset", s.dataset.is_some(), "Wasm")?;
             not_for("topic", s.topic.is_some(), "Wasm")?;
@@ -173,6 +183,47 @@ fn parquet(
     )
     .map_err(|e| invalid(&e.key, e.why))?;
     Ok(SinkConfig::Parquet(settings))
+}
+
+/// `type = "postgres"`: its settings, the connection file read and checked now (the table is
+/// checked against the database when the run starts).
+fn postgres(
+    s: SinkFile,
+    rel: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<SinkConfig, PipelineError> {
+    for (key, present) in [
+        ("plugin", s.plugin.is_some()),
+        ("config", !s.config.is_empty()),
+        ("grants", granted(&s.grants)),
+        ("limits", s.limits != LimitsFile::default()),
+        ("topic", s.topic.is_some()),
+        ("kafka", s.kafka.is_some()),
+        ("transactional", s.transactional.is_some()),
+        ("dataset", s.dataset.is_some()),
+        ("key", s.key.is_some()),
+    ] {
+        if present {
+            let fix = if key == "key" { "; name the table's key columns in key_columns" } else { "" };
+            return Err(invalid(
+                &format!("sink.{key}"),
+                format!("does not apply to a PostgreSQL sink; remove it{fix}"),
+            ));
+        }
+    }
+    let connection = s.connection.as_deref().map(rel);
+    let password_file = s.password_file.as_deref().map(rel);
+    let settings = weir_connectors::postgres::Settings::new(weir_connectors::postgres::Given {
+        connection: connection.as_deref(),
+        password_file: password_file.as_deref(),
+        table: s.table.as_deref(),
+        key_columns: s.key_columns,
+        columns: s.columns,
+        deliveries_table: s.deliveries_table.as_deref(),
+        retry_for: s.retry_for.map(|d| d.0),
+    })
+    .map_err(|e| invalid(&e.key, e.why))?;
+    Ok(SinkConfig::Postgres(settings))
 }
 
 /// A Kafka sink's `format`, `schema`, `message`, `key_schema`, `subject_strategy` and

@@ -37,14 +37,6 @@ pub(super) fn stateful(
             ));
         }
         (None, None, None, None) => {
-            if tombstones {
-                return Err(invalid(
-                    "output.tombstones",
-                    "only state that is deleted makes a tombstone: a window in update mode or a [process]; \
-                     remove it"
-                        .into(),
-                ));
-            }
             if output.mode != OutputMode::Append {
                 return Err(invalid("output.mode", "only `append` applies to a pipeline without [window]".into()));
             }

@@ -99,6 +99,8 @@ impl RunError {
             }
             RunError::Sink(SinkError::NoProject(_)) => true,
             RunError::Sink(SinkError::Framed(e)) => e.is_config(),
+            // A table that cannot take the rows: the pipeline file's key and the fix.
+            RunError::Sink(SinkError::Connector(weir_connectors::ConnectorError::Refused { .. })) => true,
             RunError::Schema(e) => e.is_config(),
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,
             RunError::Source(SourceError::Kafka(KafkaError::Config(_) | KafkaError::Topic { .. })) => true,
@@ -166,6 +168,9 @@ struct Run {
     flushed_to: Option<i64>,
     /// Whether this run flushes at the end of bounded input.
     flushes: bool,
+    /// A parser's deletions go on to the sink as tombstones (`Pipeline::deletions`); else they
+    /// are dead letters as they leave the parser.
+    deletions: bool,
     sink: Box<dyn RowSink>,
     dead: DeadLetters,
     late: Option<LateEvents>,

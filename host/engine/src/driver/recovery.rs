@@ -107,6 +107,7 @@ pub(super) fn start(
         time: watermark,
         flushed_to: restored.and_then(|m| m.flushed_to),
         flushes,
+        deletions: pipeline.deletions,
         sink,
         dead: DeadLetters::new(dead, streams.clone()),
         late: late.map(|l| LateEvents::new(l, streams)),

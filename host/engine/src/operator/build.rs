@@ -31,9 +31,9 @@ pub fn build(p: &Pipeline, runtime: &Arc<Runtime>, stop: &Arc<AtomicBool>) -> Re
                 let plugin = Box::new(Processor::new(runtime, spec.plugin.clone())?);
                 Box::new(KeyedProcess::new(spec.clone(), s.time.allowed_lateness_ms, plugin, policy))
             }
-            Keyed::Rows => Box::new(PassThrough { checked: p.rows_checked() }),
+            Keyed::Rows => Box::new(PassThrough { checked: p.rows_checked(), deletions: false }),
         },
-        None => Box::new(PassThrough { checked: p.rows_checked() }),
+        None => Box::new(PassThrough { checked: p.rows_checked(), deletions: p.deletions }),
     };
     let keyed = match (&p.join, &p.stateful) {
         // An interval join is the operator its rows leave (validation keeps windows and

@@ -4,7 +4,9 @@
 //! here, so each is checked to be valid JSON (`json::check_object`); one that is not is a dead
 //! letter, never output. A pipeline whose expectations drop (or fail on) every row that is not
 //! one has had each row checked already, in the same scan as its rule (`expect.rs`): no second
-//! check then.
+//! check then. With `deletions` (`output.tombstones` in a stateless pipeline), an event without
+//! a row is a parser's deletion of its key, and leaves as a tombstone; without, it is a dead
+//! letter like any row that is not a JSON object.
 
 use super::{Advanced, Opened, Operator, OperatorError, Processed};
 use crate::plugin::EventBatch;
@@ -15,6 +17,8 @@ use crate::{columns, json};
 pub struct PassThrough {
     /// Every row reaching here was checked by an expectation's scan.
     pub checked: bool,
+    /// An event without a row is a tombstone for its key.
+    pub deletions: bool,
 }
 
 impl Operator for PassThrough {
@@ -32,6 +36,10 @@ impl Operator for PassThrough {
         let mut set_aside = Processed::default();
         let keys = columns::items(&events.keys, &events.key_ends);
         for (i, (row, key)) in columns::items(&events.rows, &events.row_ends).zip(keys).enumerate() {
+            if row.is_empty() && self.deletions && !key.is_empty() {
+                out.push_tombstone(key, events.times[i])?;
+                continue;
+            }
             if self.checked {
                 out.push(key, row, events.times[i])?;
                 continue;

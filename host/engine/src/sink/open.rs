@@ -1,6 +1,7 @@
 //! The sink a pipeline file asks for, opened where the sinks live: a Wasm sink plugin, a Kafka
-//! topic, a project's dataset, Parquet files, or standard output without a `[sink]`. A new sink is a new file
-//! in this module and one arm here; the driver delivers to whatever [`open`] returns.
+//! topic, a project's dataset, Parquet files, a PostgreSQL table, or standard output without a
+//! `[sink]`. A new sink is a new file in this module (or a connector of `weir_connectors`) and
+//! one arm here; the driver delivers to whatever [`open`] returns.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -39,6 +40,9 @@ pub fn open(
         },
         Some(SinkConfig::Parquet(s)) => {
             Box::new(ConnectorSink(Box::new(weir_connectors::parquet::ParquetSink::open(s)?)))
+        }
+        Some(SinkConfig::Postgres(s)) => {
+            Box::new(ConnectorSink(Box::new(weir_connectors::postgres::PostgresSink::open(s)?)))
         }
         None => Box::new(LineSink(std::io::stdout())),
     })

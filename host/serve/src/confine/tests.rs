@@ -124,6 +124,35 @@ fn a_parquet_sink_writes_and_reads_its_schema_inside_the_area_only() {
 }
 
 #[test]
+fn a_postgres_sink_reads_its_files_inside_the_area_and_reaches_only_allowed_databases() {
+    let a = Area::new();
+    std::fs::write(a.files.join("ok.conf"), "host=127.0.0.1 port=9092 dbname=shop user=acme").unwrap();
+    std::fs::write(a.files.join("far.conf"), "host=10.0.0.9 port=5432 dbname=shop user=acme").unwrap();
+    std::fs::write(a.files.join("pw"), "secret\n").unwrap();
+    let sink = |conn: &str, pw: &str| {
+        file(
+            "o.jsonl",
+            &format!("[sink]\ntype = \"postgres\"\nconnection = {conn:?}\npassword_file = {pw:?}\ntable = \"t\"\n"),
+        )
+    };
+    let c = a.confine(&sink("ok.conf", "pw")).unwrap();
+    assert!(matches!(&c.pipeline.sink, Some(SinkConfig::Postgres(p)) if p.address == "127.0.0.1:9092"));
+    let r = a.confine(&sink("far.conf", "pw")).unwrap_err();
+    assert!(r.field == "sink.connection" && r.message.contains("allow-list"), "{r:?}");
+    // Refused before they are read: no file of the service's machine is the tenant's to learn of.
+    for (conn, pw, field) in [
+        ("/etc/passwd", "pw", "sink.connection"),
+        ("../../other/files/ok.conf", "pw", "sink.connection"),
+        ("ok.conf", "/etc/shadow", "sink.password_file"),
+        ("ok.conf", "/no/such/pw", "sink.password_file"),
+    ] {
+        let r = a.confine(&sink(conn, pw)).unwrap_err();
+        assert_eq!(r.field, field, "{conn} {pw}: {r:?}");
+        assert!(!r.message.contains("No such file") && !r.message.contains("libpq"), "{r:?}");
+    }
+}
+
+#[test]
 fn a_link_out_of_the_area_is_refused_though_its_words_stay_inside() {
     let a = Area::new();
     let outside = tempfile::tempdir().unwrap();

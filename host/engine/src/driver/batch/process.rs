@@ -101,7 +101,21 @@ impl Run {
             self.dead.write(batch_id, "parse", batch, out.errors.iter().map(Failure::record), None)?;
         let failed = failed.iter().map(|(i, e)| Failure::isolated(*i, e));
         report.dead_letters += self.dead.write(batch_id, "parse", batch, failed, None)?;
-        Ok(out.events)
+        if self.deletions {
+            return Ok(out.events);
+        }
+        // A parser's deletions (events without a row) go on only where they leave as tombstones.
+        let ends = &out.events.row_ends;
+        let deletions: Vec<u32> =
+            (0..ends.len()).filter(|&i| ends[i] == if i == 0 { 0 } else { ends[i - 1] }).map(|i| i as u32).collect();
+        if deletions.is_empty() {
+            return Ok(out.events);
+        }
+        let why = "a deletion (an event without a row): only a stateless pipeline with output.tombstones = true passes \
+                   deletions on, as tombstones";
+        let letters = deletions.iter().map(|&i| Failure::invalid(i as usize, why.to_string()));
+        report.dead_letters += self.dead.write(batch_id, "parse", batch, letters, Some(&out.events.origins))?;
+        Ok(without(&out.events, &deletions))
     }
 
     /// Runs the transforms in turn, each under the failure policy, on the events the one before

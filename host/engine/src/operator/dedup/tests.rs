@@ -73,7 +73,7 @@ impl Operator for Flaky {
 
 /// A dedup in front of a [`Flaky`] that fails while the flag is set.
 fn dedup(spec: &Dedup, fail: &Arc<AtomicBool>) -> Deduplicate {
-    let next = Flaky { inner: PassThrough { checked: false }, fail: fail.clone() };
+    let next = Flaky { inner: PassThrough { checked: false, deletions: false }, fail: fail.clone() };
     Deduplicate::new(spec.clone(), Box::new(next))
 }
 
