@@ -79,3 +79,28 @@ fn what_is_not_a_change_event_is_a_dead_letter_saying_why() {
     }
     assert!(run_parser_keyed::<DebeziumParser>(r#"{"key_fields":["a","b","c","d","e"]}"#, &[]).is_err());
 }
+
+proptest::proptest! {
+    /// Any key and value is an event, a deletion, nothing (a tombstone) or one dead letter,
+    /// never a panic; an upsert's row is a JSON object.
+    #[test]
+    fn any_record_is_an_event_or_a_reason(
+        key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..24),
+        op in proptest::sample::select(vec!["c", "u", "d", "r", "t", "?"]),
+        after in proptest::sample::select(vec!["null", "{}", r#"{"id":1}"#, "[1]", r#"{"id":"\u00e9"}"#]),
+        wrap in proptest::prelude::any::<bool>(),
+        cut in 0usize..400,
+    ) {
+        let event = format!(r#"{{"before":{after},"after":{after},"op":"{op}","source":{{"ts_ms":5}}}}"#);
+        let mut value = if wrap { format!(r#"{{"schema":{{}},"payload":{event}}}"#) } else { event };
+        value.truncate(cut.min(value.len()));
+        let (events, errors) = parse("{}", &[(key.as_slice(), value.as_bytes())]);
+        proptest::prop_assert!(events.len() + errors.len() <= 1);
+        for e in &events {
+            if !e.row.is_empty() {
+                let row: serde_json::Value = serde_json::from_slice(&e.row).unwrap();
+                proptest::prop_assert!(row.is_object());
+            }
+        }
+    }
+}
