@@ -157,7 +157,7 @@ fn a_database_that_goes_away_mid_run_is_waited_for_and_nothing_is_lost() {
             if batches == 3 {
                 pg.down();
             }
-        } else if line.contains("reconnecting") && !waited {
+        } else if line.contains("retrying for up to") && !waited {
             // The sink is waiting for the database: bring it back.
             waited = true;
             pg.up();

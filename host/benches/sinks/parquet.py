@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Parquet against JSON-lines files: what writing Parquet costs the orders pipeline.
+"""Parquet files and Iceberg tables against JSON-lines files: what they cost the orders pipeline.
 
 Generates orders (`weir gen orders`) and runs, interleaved, round after round, the orders
 through the standard JSON parser (`json_parser.wasm`) into:
@@ -7,6 +7,8 @@ through the standard JSON parser (`json_parser.wasm`) into:
   jsonl          the JSON-lines file sink component (plugins/jsonl-file-sink)
   parquet        the Parquet sink, one file per batch (snappy, the default)
   parquet-hour   the Parquet sink, partitioned by hour(order_ts)
+  iceberg        the Iceberg sink, a local warehouse and SQLite catalog, one snapshot per batch
+  iceberg-day    the Iceberg sink, the table partitioned by day(order_ts)
 
 and reports per sink (medians over the rounds): the process's CPU-seconds (user + system), rows
 per CPU-second, rows per second on the wall clock, and the bytes written.
@@ -88,6 +90,10 @@ def main():
                       f'grants.dirs = [{{ host = "{out}", guest = "/out", writable = true }}]'),
             "parquet": f'type = "parquet"\npath = "{out}"\nschema = "{schema}"',
             "parquet-hour": f'type = "parquet"\npath = "{out}"\nschema = "{schema}"\npartition_by = "hour(order_ts)"',
+            "iceberg": (f'type = "iceberg"\ncatalog_uri = "sqlite:{out}/catalog.db"\nwarehouse = "{out}/wh"\n'
+                        f'table = "shop.orders"\nschema = "{schema}"'),
+            "iceberg-day": (f'type = "iceberg"\ncatalog_uri = "sqlite:{out}/catalog.db"\nwarehouse = "{out}/wh"\n'
+                            f'table = "shop.orders"\nschema = "{schema}"\npartition_by = "day(order_ts)"'),
         }
         runs = {k: pipeline(work, k, events, v) for k, v in sinks.items()}
         results = {k: [] for k in runs}
@@ -100,7 +106,7 @@ def main():
         cpu, wall = statistics.median(r["cpu"] for r in rs), statistics.median(r["wall"] for r in rs)
         mb = statistics.median(r["bytes"] for r in rs) / 1e6
         print(f"{k:<13} {cpu:>7.2f} {args.events / cpu:>12,.0f} {args.events / wall:>11,.0f} {mb:>7.1f}")
-    for k in ["parquet", "parquet-hour"]:
+    for k in ["parquet", "parquet-hour", "iceberg", "iceberg-day"]:
         ratios = [j["wall"] / p["wall"] for j, p in zip(results["jsonl"], results[k])]
         print(f"{k} rows/s as a share of jsonl's, per round: {', '.join(f'{x:.2f}' for x in ratios)}")
 

@@ -138,6 +138,8 @@ pub enum SinkConfig {
     Parquet(weir_connectors::parquet::Settings),
     /// A PostgreSQL table, upserted by key (`weir_connectors::postgres`).
     Postgres(weir_connectors::postgres::Settings),
+    /// An Apache Iceberg table, appended to (`weir_connectors::iceberg`).
+    Iceberg(weir_connectors::iceberg::Settings),
 }
 
 #[derive(Debug, Clone)]

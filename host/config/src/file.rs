@@ -166,6 +166,24 @@ pub(super) struct SinkFile {
     pub(super) columns: Option<Vec<String>>,
     pub(super) deliveries_table: Option<String>,
     pub(super) retry_for: Option<Dur>,
+    /// Iceberg: the SQL catalog's database and its password's file, the catalog's name, the
+    /// warehouse, and an S3-compatible store's settings (`table`, `schema`, `partition_by` and
+    /// `retry_for` as above).
+    pub(super) catalog_uri: Option<String>,
+    pub(super) catalog_password_file: Option<PathBuf>,
+    pub(super) catalog_name: Option<String>,
+    pub(super) warehouse: Option<String>,
+    pub(super) s3: Option<S3File>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct S3File {
+    pub(super) endpoint: Option<String>,
+    pub(super) region: Option<String>,
+    #[serde(default)]
+    pub(super) path_style: bool,
+    pub(super) credentials_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -186,6 +204,7 @@ pub(super) enum SinkKindFile {
     Dataset,
     Parquet,
     Postgres,
+    Iceberg,
 }
 
 impl SinkKindFile {
@@ -196,6 +215,7 @@ impl SinkKindFile {
             SinkKindFile::Dataset => "dataset",
             SinkKindFile::Parquet => "Parquet",
             SinkKindFile::Postgres => "PostgreSQL",
+            SinkKindFile::Iceberg => "Iceberg",
         }
     }
 }

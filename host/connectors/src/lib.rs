@@ -4,14 +4,21 @@
 //! configuration crate builds their settings. Nothing here knows the engine or the pipeline file.
 //!
 //! - `parquet/`: each batch as Parquet files in a directory, partitioned by a column.
+//! - `iceberg/`: each batch appended to an Apache Iceberg table as one snapshot.
 //! - `postgres/`: a changelog upserted into (and deleted from) a PostgreSQL table.
 //!
 //! Invariant: a sink keeps each delivery (checkpoint identity, batch id) once. The same
 //! delivery always carries the same rows, so writing one again leaves what the first write left.
 
+pub mod arrow_rows;
+// The columns a table sink's settings carry, for the configuration crate to name.
+pub use arrow_schema;
 pub mod avro_arrow;
+pub mod iceberg;
 pub mod parquet;
+pub mod partition;
 pub mod postgres;
+pub mod retry;
 
 use weir_types::Delivery;
 use weir_types::rows::Rows;
@@ -39,10 +46,11 @@ pub enum ConnectorError {
     },
     #[error("{0}")]
     Parquet(String),
-    /// A database call that failed; `transient` when it may pass by itself (the database went
-    /// away), which the sink waits out for a while.
+    /// A call to an external system (a database, a catalog, an object store) that failed;
+    /// `transient` when it may pass by itself (the system went away), which the sink waits out
+    /// for a while (`retry.rs`).
     #[error("{what}: {why}")]
-    Postgres { what: String, transient: bool, why: String },
+    Remote { what: String, transient: bool, why: String },
     /// The external system is not as the settings need it (a table without the key's index):
     /// the pipeline file's key, and the fix.
     #[error("{key}: {why}")]

@@ -222,6 +222,7 @@ fn sink_label(fl: &Flow) -> String {
             p.path.file_name().map_or_else(|| p.path.display().to_string(), |n| n.to_string_lossy().into_owned())
         ),
         Some(SinkConfig::Postgres(p)) => format!("postgres {}", p.table),
+        Some(SinkConfig::Iceberg(i)) => format!("iceberg {}.{}", i.namespace, i.table),
         None => "console".into(),
     }
 }

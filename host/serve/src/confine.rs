@@ -116,12 +116,17 @@ fn read_at_validation(scope: &Scope, table: &toml::Table) -> Result<(), Refusal>
     let keys: &[&str] = match sink.get("type").and_then(|t| t.as_str()) {
         Some("parquet") => &["schema"],
         Some("postgres") => &["connection", "password_file"],
+        Some("iceberg") => &["schema", "catalog_password_file"],
         _ => return Ok(()),
     };
     for key in keys {
         if let Some(file) = sink.get(*key).and_then(|s| s.as_str()) {
             confine_path(scope.files, &format!("sink.{key}"), &scope.files.join(file))?;
         }
+    }
+    let s3_keys = sink.get("s3").and_then(|s| s.get("credentials_file")).and_then(|f| f.as_str());
+    if let Some(file) = s3_keys {
+        confine_path(scope.files, "sink.s3.credentials_file", &scope.files.join(file))?;
     }
     Ok(())
 }
@@ -194,8 +199,9 @@ fn check_sources(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
 }
 
 /// A sink the service can run for a tenant: Kafka with the tenant's transactional id, a
-/// plugin, Parquet files in the tenant's data area, or a PostgreSQL database on the allow-list;
-/// never a dataset or none.
+/// plugin, Parquet files in the tenant's data area, a PostgreSQL database on the allow-list, or
+/// an Iceberg table whose files and catalog stay in the area or on the allow-list; never a
+/// dataset or none.
 fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
     match &pipeline.sink {
         Some(SinkConfig::Kafka(k)) => {
@@ -225,8 +231,43 @@ fn check_sink(scope: &Scope, pipeline: &Pipeline) -> Result<(), Refusal> {
                 ));
             }
         }
+        Some(SinkConfig::Iceberg(i)) => confine_iceberg(scope, i)?,
         None => {
             return Err(refuse("sink", "the service has no console for a pipeline's rows: give the pipeline a [sink]"));
+        }
+    }
+    Ok(())
+}
+
+/// An Iceberg sink: its catalog file and a local warehouse in the tenant's area, its catalog
+/// database and store on the allow-list.
+fn confine_iceberg(scope: &Scope, i: &weir_connectors::iceberg::Settings) -> Result<(), Refusal> {
+    use weir_connectors::iceberg::CatalogDb;
+    match &i.catalog {
+        CatalogDb::Sqlite(p) => confine_path(scope.files, "sink.catalog_uri", p)?,
+        CatalogDb::Postgres { password_file: Some(p), .. } => {
+            confine_path(scope.files, "sink.catalog_password_file", p)?
+        }
+        CatalogDb::Postgres { .. } => {}
+    }
+    if let Some(dir) = i.warehouse.strip_prefix("file://") {
+        confine_path(scope.files, "sink.warehouse", Path::new(dir))?;
+    }
+    if let Some(f) = i.s3.as_ref().and_then(|s| s.credentials_file.as_ref()) {
+        confine_path(scope.files, "sink.s3.credentials_file", f)?;
+    }
+    if i.s3.as_ref().is_some_and(|s| s.endpoint.is_none()) {
+        return Err(refuse(
+            "sink.s3.endpoint",
+            "the service reaches only addresses on its allow-list: name the store's endpoint",
+        ));
+    }
+    for address in i.addresses() {
+        if !scope.allow_network.contains(&address) {
+            return Err(refuse(
+                "sink",
+                format!("`{address}` is not on the service's network allow-list; ask the admin to add it"),
+            ));
         }
     }
     Ok(())

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+mod iceberg;
 mod joins;
 mod sinks;
 mod sources;

@@ -19,12 +19,17 @@ pub(super) fn tombstones(
                 .into(),
         ));
     }
-    if tombstones && sink.is_some_and(|s| s.kind == SinkKindFile::Parquet) {
+    let appended = sink.map(|s| s.kind).filter(|k| matches!(k, SinkKindFile::Parquet | SinkKindFile::Iceberg));
+    if let Some(kind) = appended
+        && tombstones
+    {
         return Err(invalid(
             "output.tombstones",
-            "Parquet files are only appended to, so a tombstone cannot delete a row there; write the changelog \
-             to a Kafka sink, or remove it"
-                .into(),
+            format!(
+                "{} is only appended to here, so a tombstone cannot delete a row there; write the changelog to a \
+                 PostgreSQL table or a Kafka topic, or remove it",
+                if kind == SinkKindFile::Parquet { "a Parquet directory" } else { "an Iceberg table" }
+            ),
         ));
     }
     if tombstones && sink.is_some_and(|s| s.key.is_some()) {
@@ -55,28 +60,34 @@ pub(super) fn sink_config(
             Ok(())
         }
     };
-    // The keys of one kind of sink, refused on any other.
-    use SinkKindFile::{Parquet, Postgres};
-    for (key, present, kind) in [
-        ("path", s.path.is_some(), Parquet),
-        ("compression", s.compression.is_some(), Parquet),
-        ("row_group_rows", s.row_group_rows.is_some(), Parquet),
-        ("partition_by", s.partition_by.is_some(), Parquet),
-        ("connection", s.connection.is_some(), Postgres),
-        ("password_file", s.password_file.is_some(), Postgres),
-        ("table", s.table.is_some(), Postgres),
-        ("key_columns", s.key_columns.is_some(), Postgres),
-        ("columns", s.columns.is_some(), Postgres),
-        ("deliveries_table", s.deliveries_table.is_some(), Postgres),
-        ("retry_for", s.retry_for.is_some(), Postgres),
+    // The keys of some kinds of sink, refused on any other.
+    use SinkKindFile::{Iceberg, Parquet, Postgres};
+    for (key, present, kinds) in [
+        ("path", s.path.is_some(), &[Parquet][..]),
+        ("compression", s.compression.is_some(), &[Parquet]),
+        ("row_group_rows", s.row_group_rows.is_some(), &[Parquet]),
+        ("partition_by", s.partition_by.is_some(), &[Parquet, Iceberg]),
+        ("connection", s.connection.is_some(), &[Postgres]),
+        ("password_file", s.password_file.is_some(), &[Postgres]),
+        ("table", s.table.is_some(), &[Postgres, Iceberg]),
+        ("key_columns", s.key_columns.is_some(), &[Postgres]),
+        ("columns", s.columns.is_some(), &[Postgres]),
+        ("deliveries_table", s.deliveries_table.is_some(), &[Postgres]),
+        ("retry_for", s.retry_for.is_some(), &[Postgres, Iceberg]),
+        ("catalog_uri", s.catalog_uri.is_some(), &[Iceberg]),
+        ("catalog_password_file", s.catalog_password_file.is_some(), &[Iceberg]),
+        ("catalog_name", s.catalog_name.is_some(), &[Iceberg]),
+        ("warehouse", s.warehouse.is_some(), &[Iceberg]),
+        ("s3", s.s3.is_some(), &[Iceberg]),
     ] {
-        if s.kind != kind {
+        if !kinds.contains(&s.kind) {
             not_for(key, present, s.kind.name())?;
         }
     }
     match s.kind {
         SinkKindFile::Parquet => parquet(s, rel, invalid),
         SinkKindFile::Postgres => postgres(s, rel, invalid),
+        SinkKindFile::Iceberg => super::iceberg::iceberg(s, rel, invalid),
         SinkKindFile::Wasm => {
             not_for("dataset", s.dataset.is_some(), "Wasm")?;
             not_for("topic", s.topic.is_some(), "Wasm")?;
@@ -160,6 +171,26 @@ fn parquet(
     not_for("transactional", s.transactional.is_some())?;
     not_for("dataset", s.dataset.is_some())?;
     not_for("key", s.key.is_some())?;
+    let (file, columns) = columns(&s, rel, invalid)?;
+    let settings = weir_connectors::parquet::Settings::new(
+        s.path.as_deref().map(rel),
+        file.clone(),
+        columns,
+        s.compression.as_deref(),
+        s.row_group_rows,
+        s.partition_by.as_deref(),
+    )
+    .map_err(|e| invalid(&e.key, e.why))?;
+    Ok(SinkConfig::Parquet(settings))
+}
+
+/// A table sink's columns, from the Avro record schema `sink.schema` names: the file, and its
+/// columns.
+pub(super) fn columns(
+    s: &SinkFile,
+    rel: &dyn Fn(&Path) -> PathBuf,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<(PathBuf, weir_connectors::arrow_schema::Schema), PipelineError> {
     let file = s.schema.as_deref().map(rel).ok_or_else(|| {
         invalid(
             "sink.schema",
@@ -173,16 +204,7 @@ fn parquet(
     let names = weir_schema::avro::Names::of([&avro]);
     let columns = weir_connectors::avro_arrow::arrow_schema(&avro, &names)
         .map_err(|e| invalid("sink.schema", format!("{}: {e}", file.display())))?;
-    let settings = weir_connectors::parquet::Settings::new(
-        s.path.as_deref().map(rel),
-        file.clone(),
-        columns,
-        s.compression.as_deref(),
-        s.row_group_rows,
-        s.partition_by.as_deref(),
-    )
-    .map_err(|e| invalid(&e.key, e.why))?;
-    Ok(SinkConfig::Parquet(settings))
+    Ok((file, columns))
 }
 
 /// `type = "postgres"`: its settings, the connection file read and checked now (the table is
@@ -246,7 +268,7 @@ fn schema_out(
     };
     let Some(format) = format else {
         for (key, present) in [
-            ("schema", s.schema.is_some() && s.kind != SinkKindFile::Parquet),
+            ("schema", s.schema.is_some() && !matches!(s.kind, SinkKindFile::Parquet | SinkKindFile::Iceberg)),
             ("message", s.message.is_some()),
             ("key_schema", s.key_schema.is_some()),
             ("subject_strategy", s.subject_strategy.is_some()),

@@ -5,9 +5,10 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_schema::{DataType, Schema};
+use arrow_schema::Schema;
 
 use crate::Invalid;
+pub use crate::partition::Partition;
 
 /// Rows per row group unless `row_group_rows` says otherwise: the parquet crate's own default,
 /// which readers that skip row groups by their statistics are tuned for.
@@ -25,24 +26,6 @@ pub enum Compression {
     Zstd,
     Gzip,
     Lz4,
-}
-
-/// How rows are spread over directories: `COLUMN=VALUE/`, or a timestamp column's day or hour
-/// (`COLUMN_day=2026-11-01/`, `COLUMN_hour=2026-11-01-13/`), as Hive-style readers (DuckDB,
-/// Spark, pyarrow) take them.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Partition {
-    Value(String),
-    Day(String),
-    Hour(String),
-}
-
-impl Partition {
-    pub fn column(&self) -> &str {
-        match self {
-            Partition::Value(c) | Partition::Day(c) | Partition::Hour(c) => c,
-        }
-    }
 }
 
 #[derive(Debug, Clone)]
@@ -99,54 +82,8 @@ impl Settings {
                 ));
             }
         };
-        let partition = partition_by.map(|p| partition(p, &schema)).transpose()?;
+        let partition = partition_by.map(|p| crate::partition::parse(p, &schema, true)).transpose()?;
         Ok(Settings { path, schema_file, schema: Arc::new(schema), compression, row_group_rows, partition })
-    }
-}
-
-/// `partition_by`: `"COLUMN"`, `"day(COLUMN)"` or `"hour(COLUMN)"`.
-fn partition(text: &str, schema: &Schema) -> Result<Partition, Invalid> {
-    let key = "sink.partition_by";
-    let inner = |f: &str| text.strip_prefix(f).and_then(|r| r.strip_prefix('(')).and_then(|r| r.strip_suffix(')'));
-    let p = match (inner("day"), inner("hour")) {
-        (Some(c), _) => Partition::Day(c.trim().to_string()),
-        (_, Some(c)) => Partition::Hour(c.trim().to_string()),
-        _ => Partition::Value(text.trim().to_string()),
-    };
-    let Ok(field) = schema.field_with_name(p.column()) else {
-        let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-        return Err(Invalid::new(
-            key,
-            format!(
-                "{:?} is not a column of sink.schema (its columns: {}); name one of them",
-                p.column(),
-                names.join(", ")
-            ),
-        ));
-    };
-    let t = field.data_type();
-    match &p {
-        Partition::Day(_) | Partition::Hour(_) if !matches!(t, DataType::Timestamp(..) | DataType::Int64) => {
-            Err(Invalid::new(
-                key,
-                format!("{:?} is {t}: day() and hour() take a timestamp (or a long of epoch milliseconds)", p.column()),
-            ))
-        }
-        Partition::Value(_)
-            if !matches!(
-                t,
-                DataType::Utf8 | DataType::Int32 | DataType::Int64 | DataType::Boolean | DataType::Date32
-            ) =>
-        {
-            Err(Invalid::new(
-                key,
-                format!(
-                    "{:?} is {t}: partition by a string, integer, boolean or date column, or by day(COLUMN) or hour(COLUMN) of a timestamp",
-                    p.column()
-                ),
-            ))
-        }
-        _ => Ok(p),
     }
 }
 
@@ -154,7 +91,7 @@ fn partition(text: &str, schema: &Schema) -> Result<Partition, Invalid> {
 mod tests {
     use super::*;
     use crate::avro_arrow::UTC;
-    use arrow_schema::{Field, TimeUnit};
+    use arrow_schema::{DataType, Field, TimeUnit};
 
     fn schema() -> Schema {
         Schema::new(vec![

@@ -11,7 +11,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use arrow_array::RecordBatch;
-use arrow_json::ReaderBuilder;
 use arrow_schema::{DataType, TimeUnit};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as Codec, GzipLevel, ZstdLevel};
@@ -46,33 +45,6 @@ impl ParquetSink {
             .set_max_row_group_row_count(Some(s.row_group_rows))
             .build();
         Ok(ParquetSink { s: s.clone(), props, rejected: Vec::new() })
-    }
-
-    /// The rows of `idx` as one record batch; the rows that do not fit go to `rejected`.
-    fn decode(&mut self, rows: &[&[u8]], idx: &[usize]) -> Result<Option<RecordBatch>, ConnectorError> {
-        if let Ok(batch) = self.decode_all(rows, idx) {
-            return Ok(batch);
-        }
-        // Some row does not fit: find which, one by one, and write the others.
-        let mut fit = Vec::with_capacity(idx.len());
-        for &i in idx {
-            match self.decode_all(rows, &[i]) {
-                Ok(_) => fit.push(i),
-                Err(why) => self.rejected.push((i, format!("does not fit the Parquet columns: {why}"))),
-            }
-        }
-        self.decode_all(rows, &fit).map_err(|e| ConnectorError::Parquet(format!("rows that fit one by one: {e}")))
-    }
-
-    fn decode_all(&self, rows: &[&[u8]], idx: &[usize]) -> Result<Option<RecordBatch>, String> {
-        let mut d = ReaderBuilder::new(self.s.schema.clone())
-            .with_batch_size(idx.len().max(1))
-            .build_decoder()
-            .map_err(|e| e.to_string())?;
-        for &i in idx {
-            d.decode(rows[i]).map_err(|e| e.to_string())?;
-        }
-        d.flush().map_err(|e| e.to_string())
     }
 
     /// Writes `batch` as `dir/name`: under a hidden name, synced, then renamed into place.
@@ -129,7 +101,7 @@ impl TableSink for ParquetSink {
             idx.sort_unstable();
             // Decoded even when the file is there, so that its rows that do not fit are
             // rejected again: the dead letters of a batch cut off by a crash were not kept.
-            let batch = self.decode(&all, &idx)?;
+            let batch = crate::arrow_rows::decode(&self.s.schema, &all, &idx, "Parquet", &mut self.rejected)?;
             if dir.join(&name).exists() {
                 continue; // written before a crash: the same delivery's rows are the same rows
             }

@@ -16,7 +16,5 @@ mod sink;
 mod stage;
 mod table;
 
-pub use settings::{
-    DEFAULT_DELIVERIES_TABLE, DEFAULT_PORT, DEFAULT_RETRY_FOR, Given, MAX_RETRY_FOR, Settings, TableName,
-};
+pub use settings::{DEFAULT_DELIVERIES_TABLE, DEFAULT_PORT, Given, Settings, TableName};
 pub use sink::PostgresSink;

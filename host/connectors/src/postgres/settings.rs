@@ -7,17 +7,12 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::Invalid;
+use crate::retry::{DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 
 /// The table that records, per target table and checkpoint, the last batch delivered (and its
 /// rejected rows), unless `deliveries_table` says otherwise. It lives in the target's database
 /// so that a batch's rows and its record commit in one transaction.
 pub const DEFAULT_DELIVERIES_TABLE: &str = "weir_deliveries";
-/// How long the sink keeps reconnecting to a database that went away before the run fails,
-/// unless `retry_for` says otherwise: long enough for a database to restart or fail over, and
-/// what the schema registry's `retry_for` waits by default.
-pub const DEFAULT_RETRY_FOR: Duration = Duration::from_secs(60);
-/// The most `retry_for` may be.
-pub const MAX_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
 /// The port when the connection file names none: PostgreSQL's own.
 pub const DEFAULT_PORT: u16 = 5432;
 

@@ -9,7 +9,6 @@
 //! reconnected to, the delivery started again, for up to `retry_for`.
 
 use std::io::Write;
-use std::time::{Duration, Instant};
 
 use postgres::error::SqlState;
 use postgres::{Client, NoTls, Transaction};
@@ -19,11 +18,8 @@ use weir_types::rows::Rows;
 use super::settings::{Settings, quote};
 use super::stage::{Staged, stage};
 use super::table::{STAGE, STAGE_DDL, Table};
+use crate::retry::Patience;
 use crate::{ConnectorError, TableSink};
-
-/// The first wait before reconnecting; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 pub struct PostgresSink {
     s: Settings,
@@ -37,13 +33,12 @@ pub struct PostgresSink {
 
 /// A failed database call, with what was being done.
 pub(super) fn pg(what: &'static str) -> impl Fn(postgres::Error) -> ConnectorError {
-    move |e| ConnectorError::Postgres { what: what.to_string(), transient: transient(&e), why: describe(&e) }
+    move |e| ConnectorError::Remote { what: what.to_string(), transient: transient(&e), why: describe(&e) }
 }
 
 impl PostgresSink {
     pub fn open(s: &Settings) -> Result<Self, ConnectorError> {
-        let began = Instant::now();
-        let mut backoff = FIRST_BACKOFF;
+        let mut patience = Patience::new("PostgreSQL", &s.address, s.retry_for);
         let (client, table) = loop {
             let described = connect(s, None).and_then(|mut c| {
                 let t = Table::describe(&mut c, s)?;
@@ -52,7 +47,7 @@ impl PostgresSink {
             });
             match described {
                 Ok((c, t)) => break (Some(c), t),
-                Err(e) => wait(s, e, began, &mut backoff)?,
+                Err(e) => patience.wait(e)?,
             }
         };
         let mut sink = PostgresSink {
@@ -114,7 +109,7 @@ impl PostgresSink {
         if row.get::<_, i64>(0) >= batch {
             let rejected: String = row.get(1);
             tx.commit().map_err(pg("cannot commit"))?;
-            return serde_json::from_str(&rejected).map_err(|e| ConnectorError::Postgres {
+            return serde_json::from_str(&rejected).map_err(|e| ConnectorError::Remote {
                 what: "the deliveries table".into(),
                 transient: false,
                 why: e.to_string(),
@@ -125,7 +120,7 @@ impl PostgresSink {
             let mut w = tx
                 .copy_in(&format!("COPY pg_temp.{STAGE} (ord, tomb, doc) FROM STDIN"))
                 .map_err(pg("cannot stage the batch"))?;
-            w.write_all(&staged.copy).map_err(|e| ConnectorError::Postgres {
+            w.write_all(&staged.copy).map_err(|e| ConnectorError::Remote {
                 what: "cannot stage the batch".into(),
                 transient: true,
                 why: e.to_string(),
@@ -149,8 +144,7 @@ impl TableSink for PostgresSink {
     fn deliver(&mut self, delivery: &Delivery, rows: &Rows) -> Result<(), ConnectorError> {
         let keys: Vec<&str> = self.table.keys.iter().map(|&k| self.table.columns[k].name.as_str()).collect();
         let staged = stage(rows, &keys);
-        let began = Instant::now();
-        let mut backoff = FIRST_BACKOFF;
+        let mut patience = Patience::new("PostgreSQL", &self.s.address, self.s.retry_for);
         loop {
             match self.attempt(delivery, &staged) {
                 Ok(rejected) => {
@@ -160,7 +154,7 @@ impl TableSink for PostgresSink {
                 Err(e) => {
                     // The connection may be broken, or mid-transaction: start afresh.
                     self.client = None;
-                    wait(&self.s, e, began, &mut backoff)?;
+                    patience.wait(e)?;
                 }
             }
         }
@@ -247,7 +241,7 @@ fn unescape(text: &[u8]) -> String {
 
 /// A session with the staging table (and, once the table is known, the probe table).
 fn connect(s: &Settings, table: Option<&Table>) -> Result<Client, ConnectorError> {
-    let config = s.connect_config().map_err(|e| ConnectorError::Postgres {
+    let config = s.connect_config().map_err(|e| ConnectorError::Remote {
         what: format!("cannot read {}", s.password_file.as_deref().unwrap_or(std::path::Path::new("?")).display()),
         transient: false,
         why: e.to_string(),
@@ -258,26 +252,6 @@ fn connect(s: &Settings, table: Option<&Table>) -> Result<Client, ConnectorError
         c.batch_execute(&t.probe_ddl()).map_err(pg("cannot make the probe table"))?;
     }
     Ok(c)
-}
-
-/// Waits before the next attempt when `e` may pass (the database is away), or returns it.
-fn wait(s: &Settings, e: ConnectorError, began: Instant, backoff: &mut Duration) -> Result<(), ConnectorError> {
-    let transient = matches!(e, ConnectorError::Postgres { transient: true, .. });
-    if !transient {
-        return Err(e);
-    }
-    if began.elapsed() >= s.retry_for {
-        let ConnectorError::Postgres { what, why, .. } = e else { return Err(e) };
-        let what =
-            format!("{what} (PostgreSQL at {}, tried for {}s: sink.retry_for)", s.address, s.retry_for.as_secs());
-        return Err(ConnectorError::Postgres { what, why, transient: false });
-    }
-    if *backoff == FIRST_BACKOFF {
-        tracing::warn!("postgres: {e} (at {}); reconnecting for up to {}s", s.address, s.retry_for.as_secs());
-    }
-    std::thread::sleep(*backoff);
-    *backoff = (*backoff * 2).min(MAX_BACKOFF);
-    Ok(())
 }
 
 /// A failure the data caused (a value that does not read as its column's type, a constraint

@@ -99,7 +99,8 @@ impl RunError {
             }
             RunError::Sink(SinkError::NoProject(_)) => true,
             RunError::Sink(SinkError::Framed(e)) => e.is_config(),
-            // A table that cannot take the rows: the pipeline file's key and the fix.
+            // A table that cannot take the rows (PostgreSQL, Iceberg): the pipeline file's key
+            // and the fix.
             RunError::Sink(SinkError::Connector(weir_connectors::ConnectorError::Refused { .. })) => true,
             RunError::Schema(e) => e.is_config(),
             RunError::Operator(OperatorError::Source(SourceError::Replay(_))) => true,

@@ -1,6 +1,6 @@
-//! A built-in connector's sink (`weir_connectors`: Parquet files, a PostgreSQL table) as the
-//! driver delivers to a sink: the connector writes each delivery once and names the rows that
-//! did not fit, which the driver dead-letters as it does the Kafka sink's.
+//! A built-in connector's sink (`weir_connectors`: Parquet files, a PostgreSQL or Iceberg
+//! table) as the driver delivers to a sink: the connector writes each delivery once and names
+//! the rows that did not fit, which the driver dead-letters as it does the Kafka sink's.
 
 use weir_connectors::TableSink;
 

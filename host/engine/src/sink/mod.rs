@@ -6,7 +6,7 @@
 //!
 //! One file per sink: `wasm.rs` (a sink plugin), `kafka.rs` (Weir's transactional Kafka sink),
 //! `framed.rs` (rows as Avro, Protobuf or JSON Schema in front of the Kafka sink),
-//! `connector.rs` (a built-in connector of `weir_connectors`: Parquet files, PostgreSQL),
+//! `connector.rs` (a built-in connector of `weir_connectors`: Parquet files, PostgreSQL, Iceberg),
 //! `lines.rs` (JSON lines to a writer: the console, and `weir test`'s capture), `log.rs` (a
 //! project's dataset in the embedded log), `repartition.rs` (a group's shuffle, stage 1's
 //! partials to stage 2).

@@ -1,7 +1,7 @@
 //! The sink a pipeline file asks for, opened where the sinks live: a Wasm sink plugin, a Kafka
-//! topic, a project's dataset, Parquet files, a PostgreSQL table, or standard output without a
-//! `[sink]`. A new sink is a new file in this module (or a connector of `weir_connectors`) and
-//! one arm here; the driver delivers to whatever [`open`] returns.
+//! topic, a project's dataset, Parquet files, a PostgreSQL or Iceberg table, or standard output
+//! without a `[sink]`. A new sink is a new file in this module (or a connector of
+//! `weir_connectors`) and one arm here; the driver delivers to whatever [`open`] returns.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -43,6 +43,9 @@ pub fn open(
         }
         Some(SinkConfig::Postgres(s)) => {
             Box::new(ConnectorSink(Box::new(weir_connectors::postgres::PostgresSink::open(s)?)))
+        }
+        Some(SinkConfig::Iceberg(s)) => {
+            Box::new(ConnectorSink(Box::new(weir_connectors::iceberg::IcebergSink::open(s)?)))
         }
         None => Box::new(LineSink(std::io::stdout())),
     })

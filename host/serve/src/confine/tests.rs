@@ -153,6 +153,38 @@ fn a_postgres_sink_reads_its_files_inside_the_area_and_reaches_only_allowed_data
 }
 
 #[test]
+fn an_iceberg_sink_keeps_its_catalog_and_warehouse_in_the_area_and_its_store_on_the_allow_list() {
+    let a = Area::new();
+    std::fs::write(
+        a.files.join("o.avsc"),
+        r#"{"type":"record","name":"O","fields":[{"name":"order_id","type":"long"}]}"#,
+    )
+    .unwrap();
+    std::fs::write(a.files.join("s3.keys"), "id:secret\n").unwrap();
+    let sink = |extra: &str| {
+        file("o.jsonl", &format!("[sink]\ntype = \"iceberg\"\ntable = \"shop.orders\"\nschema = \"o.avsc\"\n{extra}\n"))
+    };
+    let local = "catalog_uri = \"sqlite:lake/catalog.db\"\nwarehouse = \"lake/wh\"";
+    assert!(matches!(a.confine(&sink(local)).unwrap().pipeline.sink, Some(SinkConfig::Iceberg(_))));
+    let s3 = |endpoint: &str, keys: &str| {
+        format!(
+            "catalog_uri = \"sqlite:lake/catalog.db\"\nwarehouse = \"s3://warehouse/lake\"\n\
+             s3 = {{ endpoint = \"{endpoint}\", path_style = true, credentials_file = \"{keys}\" }}"
+        )
+    };
+    assert!(a.confine(&sink(&s3("http://127.0.0.1:9092", "s3.keys"))).is_ok());
+    for (extra, field) in [
+        ("catalog_uri = \"sqlite:/tmp/catalog.db\"\nwarehouse = \"lake/wh\"".to_string(), "sink.catalog_uri"),
+        ("catalog_uri = \"sqlite:lake/catalog.db\"\nwarehouse = \"../../other\"".to_string(), "sink.warehouse"),
+        (s3("http://10.0.0.9:9000", "s3.keys"), "sink"),
+        (s3("http://127.0.0.1:9092", "/etc/shadow"), "sink.s3.credentials_file"),
+    ] {
+        let r = a.confine(&sink(&extra)).unwrap_err();
+        assert_eq!(r.field, field, "{extra}: {r:?}");
+    }
+}
+
+#[test]
 fn a_link_out_of_the_area_is_refused_though_its_words_stay_inside() {
     let a = Area::new();
     let outside = tempfile::tempdir().unwrap();

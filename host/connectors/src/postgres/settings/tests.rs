@@ -1,4 +1,5 @@
 use super::*;
+use crate::retry::{DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 
 fn file(dir: &Path, name: &str, text: &str) -> PathBuf {
     let p = dir.join(name);
