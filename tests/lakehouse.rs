@@ -9,6 +9,7 @@ use std::process::Command;
 use crate::common::*;
 
 mod debezium;
+mod example;
 mod iceberg;
 mod parquet;
 mod postgres;
