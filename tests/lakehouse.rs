@@ -36,3 +36,43 @@ fn orders(dir: &Path, n: usize) -> (PathBuf, Vec<serde_json::Value>) {
     let text = std::fs::read_to_string(&events).unwrap();
     (events, text.lines().map(|l| serde_json::from_str(l).unwrap()).collect())
 }
+
+/// An order as its five columns, the amount's bits so that rows compare exactly.
+fn order(o: &serde_json::Value) -> (i64, i64, String, u64, i64) {
+    (
+        o["order_id"].as_i64().unwrap(),
+        o["user_id"].as_i64().unwrap(),
+        o["status"].as_str().unwrap().to_string(),
+        o["amount"].as_f64().unwrap().to_bits(),
+        o["order_ts"].as_i64().unwrap(),
+    )
+}
+
+/// Runs `weir run PIPELINE --progress-json` to its end, calling `on_batch(n)` as the n-th batch
+/// commits and `on_log(line)` for each line of its log (how an outage test takes a system away
+/// and brings it back on the run's own progress); asserts it succeeded.
+fn run_watching(pipeline: &Path, mut on_batch: impl FnMut(usize), mut on_log: impl FnMut(&str)) {
+    use std::io::BufRead;
+    let mut child = weir()
+        .arg("run")
+        .arg(pipeline)
+        .arg("--progress-json")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (mut batches, mut log) = (0, String::new());
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if line.starts_with('{') {
+            batches += 1;
+            on_batch(batches);
+        } else {
+            on_log(&line);
+        }
+    }
+    let status = child.wait().unwrap();
+    assert!(status.success(), "weir run: {status}\n{log}");
+}

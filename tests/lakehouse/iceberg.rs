@@ -36,17 +36,6 @@ fn read_local(dir: &Path) -> (serde_json::Value, Vec<serde_json::Value>) {
     read(&["iceberg", catalog.to_str().unwrap(), &warehouse, "shop.orders", "--home", dir.to_str().unwrap()])
 }
 
-/// An order as its five columns, the amount's bits so that rows compare exactly.
-fn order(o: &serde_json::Value) -> (i64, i64, String, u64, i64) {
-    (
-        o["order_id"].as_i64().unwrap(),
-        o["user_id"].as_i64().unwrap(),
-        o["status"].as_str().unwrap().to_string(),
-        o["amount"].as_f64().unwrap().to_bits(),
-        o["order_ts"].as_i64().unwrap(),
-    )
-}
-
 /// Every input order once, and every snapshot an append of one batch, each batch once.
 fn check(counts: &serde_json::Value, rows: &[serde_json::Value], input: &[serde_json::Value]) {
     assert_eq!(counts["pyiceberg"], input.len(), "{counts}");
@@ -208,37 +197,24 @@ fn orders_appended_to_a_table_in_s3_through_kill_9_are_each_read_once() {
 
 #[test]
 fn a_store_that_goes_away_mid_run_is_waited_for_and_nothing_is_lost() {
-    use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::start();
+    let store = Store::start();
     let (events, input) = orders(dir.path(), 10_000);
     let p = pipeline(dir.path(), &events, &order_schema(), &store.sink(dir.path()));
-    let mut child = weir()
-        .arg("run")
-        .arg(&p)
-        .arg("--progress-json")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut batches, mut waited, mut log) = (0, false, String::new());
-    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        log.push_str(&line);
-        log.push('\n');
-        if line.starts_with('{') {
-            batches += 1;
-            if batches == 3 {
-                store.tell("down");
-            }
-        } else if line.contains("retrying for up to") && !waited {
-            waited = true;
-            store.tell("up");
+    let (store, waited) = (std::cell::RefCell::new(store), std::cell::Cell::new(false));
+    let on_batch = |n| {
+        if n == 3 {
+            store.borrow_mut().tell("down");
         }
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "weir run: {status}\n{log}");
-    assert!(waited, "the sink never said it was waiting:\n{log}");
-    let (counts, rows) = store.read(dir.path());
+    };
+    let on_log = |line: &str| {
+        if line.contains("retrying for up to") && !waited.get() {
+            waited.set(true);
+            store.borrow_mut().tell("up");
+        }
+    };
+    run_watching(&p, on_batch, on_log);
+    assert!(waited.get(), "the sink never said it was waiting");
+    let (counts, rows) = store.borrow().read(dir.path());
     check(&counts, &rows, &input);
 }

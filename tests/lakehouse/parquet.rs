@@ -20,17 +20,6 @@ fn pipeline(dir: &Path, events: &Path, out: &Path, sink: &str) -> PathBuf {
     p
 }
 
-/// An order as its five columns, the amount's bits so that rows compare exactly.
-fn order(o: &serde_json::Value) -> (i64, i64, String, u64, i64) {
-    (
-        o["order_id"].as_i64().unwrap(),
-        o["user_id"].as_i64().unwrap(),
-        o["status"].as_str().unwrap().to_string(),
-        o["amount"].as_f64().unwrap().to_bits(),
-        o["order_ts"].as_i64().unwrap(),
-    )
-}
-
 #[test]
 fn orders_written_as_parquet_through_kill_9_are_each_read_once_by_duckdb_and_pyarrow() {
     let dir = tempfile::tempdir().unwrap();

@@ -4,7 +4,6 @@
 //! waited for, with nothing lost or applied twice.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 
 use super::*;
 use crate::common::postgres::Postgres;
@@ -139,32 +138,20 @@ fn a_database_that_goes_away_mid_run_is_waited_for_and_nothing_is_lost() {
     pg.psql("CREATE TABLE user_orders (user_id bigint PRIMARY KEY, orders bigint NOT NULL)");
     let (events, input) = orders(dir.path(), 10_000);
     let p = pipeline(dir.path(), &events, &pg, &counting(), "table = \"user_orders\"\nretry_for = \"10 minutes\"");
-    let mut child = weir()
-        .arg("run")
-        .arg(&p)
-        .arg("--progress-json")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let (mut batches, mut waited, mut log) = (0, false, String::new());
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        let line = line.unwrap();
-        log.push_str(&line);
-        log.push('\n');
-        if line.starts_with('{') {
-            batches += 1;
-            if batches == 3 {
-                pg.down();
-            }
-        } else if line.contains("retrying for up to") && !waited {
+    let waited = std::cell::Cell::new(false);
+    let on_batch = |n| {
+        if n == 3 {
+            pg.down();
+        }
+    };
+    let on_log = |line: &str| {
+        if line.contains("retrying for up to") && !waited.get() {
             // The sink is waiting for the database: bring it back.
-            waited = true;
+            waited.set(true);
             pg.up();
         }
-    }
-    let status = child.wait().unwrap();
-    assert!(status.success(), "weir run: {status}\n{log}");
-    assert!(waited, "the sink never said it was waiting:\n{log}");
+    };
+    run_watching(&p, on_batch, on_log);
+    assert!(waited.get(), "the sink never said it was waiting");
     assert_eq!(rows(&pg, "SELECT user_id, orders FROM user_orders ORDER BY user_id"), counts(&input));
 }

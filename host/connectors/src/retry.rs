@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::ConnectorError;
+use crate::{ConnectorError, Invalid};
 
 /// How long a sink waits for a system that went away before the run fails, unless `retry_for`
 /// says otherwise: long enough for a database or a store to restart or fail over, and what the
@@ -16,6 +16,18 @@ pub const MAX_RETRY_FOR: Duration = Duration::from_secs(24 * 3600);
 /// The first wait before another attempt; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// `sink.retry_for` as given (`None`: the default), checked against its range.
+pub fn retry_for(given: Option<Duration>) -> Result<Duration, Invalid> {
+    let retry_for = given.unwrap_or(DEFAULT_RETRY_FOR);
+    if retry_for > MAX_RETRY_FOR {
+        return Err(Invalid::new(
+            "sink.retry_for",
+            format!("at most {}h (default {}s)", MAX_RETRY_FOR.as_secs() / 3600, DEFAULT_RETRY_FOR.as_secs()),
+        ));
+    }
+    Ok(retry_for)
+}
 
 /// One delivery's (or one start's) attempts at a system.
 pub struct Patience {

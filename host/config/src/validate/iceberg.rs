@@ -1,7 +1,7 @@
 //! `[sink] type = "iceberg"`: an Apache Iceberg table's settings, its columns from the Avro
 //! record schema `schema` names (the table itself is checked against them when the run starts).
 
-use super::sinks::columns;
+use super::sinks::{built_in, columns};
 use super::*;
 use crate::file::S3File;
 
@@ -10,21 +10,7 @@ pub(super) fn iceberg(
     rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
-    for (key, present) in [
-        ("plugin", s.plugin.is_some()),
-        ("config", !s.config.is_empty()),
-        ("grants", granted(&s.grants)),
-        ("limits", s.limits != LimitsFile::default()),
-        ("topic", s.topic.is_some()),
-        ("kafka", s.kafka.is_some()),
-        ("transactional", s.transactional.is_some()),
-        ("dataset", s.dataset.is_some()),
-        ("key", s.key.is_some()),
-    ] {
-        if present {
-            return Err(invalid(&format!("sink.{key}"), "does not apply to an Iceberg sink; remove it".into()));
-        }
-    }
+    built_in(&s, SinkKindFile::Iceberg, invalid)?;
     let (schema_file, schema) = columns(&s, rel, invalid)?;
     let password = s.catalog_password_file.as_deref().map(rel);
     let dir = rel(Path::new(""));

@@ -155,22 +155,7 @@ fn parquet(
     rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
-    let not_for = |key: &str, present: bool| {
-        if present {
-            Err(invalid(&format!("sink.{key}"), "does not apply to a Parquet sink; remove it".into()))
-        } else {
-            Ok(())
-        }
-    };
-    not_for("plugin", s.plugin.is_some())?;
-    not_for("config", !s.config.is_empty())?;
-    not_for("grants", granted(&s.grants))?;
-    not_for("limits", s.limits != LimitsFile::default())?;
-    not_for("topic", s.topic.is_some())?;
-    not_for("kafka", s.kafka.is_some())?;
-    not_for("transactional", s.transactional.is_some())?;
-    not_for("dataset", s.dataset.is_some())?;
-    not_for("key", s.key.is_some())?;
+    built_in(&s, SinkKindFile::Parquet, invalid)?;
     let (file, columns) = columns(&s, rel, invalid)?;
     let settings = weir_connectors::parquet::Settings::new(
         s.path.as_deref().map(rel),
@@ -182,6 +167,39 @@ fn parquet(
     )
     .map_err(|e| invalid(&e.key, e.why))?;
     Ok(SinkConfig::Parquet(settings))
+}
+
+/// Refuses the keys of a plugin, Kafka or dataset sink on a built-in connector's (`kind`).
+pub(super) fn built_in(
+    s: &SinkFile,
+    kind: SinkKindFile,
+    invalid: &dyn Fn(&str, String) -> PipelineError,
+) -> Result<(), PipelineError> {
+    for (key, present) in [
+        ("plugin", s.plugin.is_some()),
+        ("config", !s.config.is_empty()),
+        ("grants", granted(&s.grants)),
+        ("limits", s.limits != LimitsFile::default()),
+        ("topic", s.topic.is_some()),
+        ("kafka", s.kafka.is_some()),
+        ("transactional", s.transactional.is_some()),
+        ("dataset", s.dataset.is_some()),
+        ("key", s.key.is_some()),
+    ] {
+        if present {
+            let fix = match (key, kind) {
+                ("key", SinkKindFile::Postgres) => "; name the table's key columns in key_columns",
+                _ => "",
+            };
+            let what = format!(
+                "does not apply to a{} {} sink; remove it{fix}",
+                if kind == SinkKindFile::Iceberg { "n" } else { "" },
+                kind.name()
+            );
+            return Err(invalid(&format!("sink.{key}"), what));
+        }
+    }
+    Ok(())
 }
 
 /// A table sink's columns, from the Avro record schema `sink.schema` names: the file, and its
@@ -214,25 +232,7 @@ fn postgres(
     rel: &dyn Fn(&Path) -> PathBuf,
     invalid: &dyn Fn(&str, String) -> PipelineError,
 ) -> Result<SinkConfig, PipelineError> {
-    for (key, present) in [
-        ("plugin", s.plugin.is_some()),
-        ("config", !s.config.is_empty()),
-        ("grants", granted(&s.grants)),
-        ("limits", s.limits != LimitsFile::default()),
-        ("topic", s.topic.is_some()),
-        ("kafka", s.kafka.is_some()),
-        ("transactional", s.transactional.is_some()),
-        ("dataset", s.dataset.is_some()),
-        ("key", s.key.is_some()),
-    ] {
-        if present {
-            let fix = if key == "key" { "; name the table's key columns in key_columns" } else { "" };
-            return Err(invalid(
-                &format!("sink.{key}"),
-                format!("does not apply to a PostgreSQL sink; remove it{fix}"),
-            ));
-        }
-    }
+    built_in(&s, SinkKindFile::Postgres, invalid)?;
     let connection = s.connection.as_deref().map(rel);
     let password_file = s.password_file.as_deref().map(rel);
     let settings = weir_connectors::postgres::Settings::new(weir_connectors::postgres::Given {

@@ -11,7 +11,6 @@ use arrow_schema::Schema;
 
 use crate::Invalid;
 use crate::partition::Partition;
-use crate::retry::{DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 
 /// The catalog's name unless `catalog_name` says otherwise: a reader (pyiceberg's `SqlCatalog`,
 /// Spark's `spark.sql.catalog.NAME`) must use the same, as the catalog keys its rows by it.
@@ -109,13 +108,7 @@ impl Settings {
         })?;
         let schema = g.schema.ok_or_else(|| Invalid::new("sink.schema", "the schema file has no columns"))?;
         let partition = g.partition_by.map(|p| crate::partition::parse(p, &schema, false)).transpose()?;
-        let retry_for = g.retry_for.unwrap_or(DEFAULT_RETRY_FOR);
-        if retry_for > MAX_RETRY_FOR {
-            return Err(Invalid::new(
-                "sink.retry_for",
-                format!("at most {}h (default {}s)", MAX_RETRY_FOR.as_secs() / 3600, DEFAULT_RETRY_FOR.as_secs()),
-            ));
-        }
+        let retry_for = crate::retry::retry_for(g.retry_for)?;
         let catalog_name = g.catalog_name.unwrap_or(DEFAULT_CATALOG_NAME).to_string();
         if catalog_name.trim().is_empty() {
             return Err(Invalid::new("sink.catalog_name", "is empty: name the catalog, or leave it out (\"weir\")"));

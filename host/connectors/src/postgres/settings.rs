@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::Invalid;
-use crate::retry::{DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 
 /// The table that records, per target table and checkpoint, the last batch delivered (and its
 /// rejected rows), unless `deliveries_table` says otherwise. It lives in the target's database
@@ -131,13 +130,7 @@ impl Settings {
         }
         names("sink.key_columns", g.key_columns.as_deref())?;
         names("sink.columns", g.columns.as_deref())?;
-        let retry_for = g.retry_for.unwrap_or(DEFAULT_RETRY_FOR);
-        if retry_for > MAX_RETRY_FOR {
-            return Err(Invalid::new(
-                "sink.retry_for",
-                format!("at most {}h (default {}s)", MAX_RETRY_FOR.as_secs() / 3600, DEFAULT_RETRY_FOR.as_secs()),
-            ));
-        }
+        let retry_for = crate::retry::retry_for(g.retry_for)?;
         let address = address(&config)?;
         Ok(Settings {
             connection_file,

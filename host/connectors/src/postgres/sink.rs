@@ -203,7 +203,7 @@ fn column_at_fault(
 ) -> Result<Option<String>, ConnectorError> {
     let line = staged.copy.split(|&b| b == b'\n').nth(at as usize).unwrap_or_default();
     let doc = line.splitn(3, |&b| b == b'\t').nth(2).unwrap_or_default();
-    let doc = unescape(doc);
+    let doc = String::from_utf8_lossy(&super::stage::unescape(doc)).into_owned();
     for (i, c) in table.columns.iter().enumerate() {
         let mut sp = tx.savepoint("weir_column").map_err(pg("cannot make a savepoint"))?;
         let tried = sp.execute(&table.probe_sql(i), &[&doc]);
@@ -217,26 +217,6 @@ fn column_at_fault(
         }
     }
     Ok(None)
-}
-
-/// The staged text of one operation back as it was.
-fn unescape(text: &[u8]) -> String {
-    let mut out = Vec::with_capacity(text.len());
-    let mut it = text.iter();
-    while let Some(&b) = it.next() {
-        if b != b'\\' {
-            out.push(b);
-            continue;
-        }
-        match it.next() {
-            Some(b'n') => out.push(b'\n'),
-            Some(b'r') => out.push(b'\r'),
-            Some(b't') => out.push(b'\t'),
-            Some(&o) => out.push(o),
-            None => {}
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A session with the staging table (and, once the table is known, the probe table).

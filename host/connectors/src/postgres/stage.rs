@@ -63,6 +63,27 @@ fn escape(text: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(&text[from..]);
 }
 
+/// COPY's reading of escaped text (what PostgreSQL does with it): one staged operation back as
+/// it was.
+pub fn unescape(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut it = text.iter();
+    while let Some(&b) = it.next() {
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        match it.next() {
+            Some(b'n') => out.push(b'\n'),
+            Some(b'r') => out.push(b'\r'),
+            Some(b't') => out.push(b'\t'),
+            Some(&o) => out.push(o),
+            None => {}
+        }
+    }
+    out
+}
+
 /// A tombstone's key as an object of the key columns: for one column, the key itself (a JSON
 /// value as it is, anything else as a string); for several, a JSON array of as many values
 /// (a window's `[start,end,"key"]`) or as many values joined with `|` (the JSON parser's
@@ -121,26 +142,6 @@ mod tests {
         assert_eq!(s.rows, vec![0, 1]);
         assert_eq!(s.rejected.iter().map(|r| r.0).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(String::from_utf8(s.copy).unwrap(), "0\tf\t{\"a\":\"x\\\\ty\"}\n1\tt\t{\"a\":\"k\"}\n");
-    }
-
-    /// COPY's reading of the escaped text: what PostgreSQL does with it.
-    fn unescape(line: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        let mut it = line.iter();
-        while let Some(&b) = it.next() {
-            if b != b'\\' {
-                out.push(b);
-                continue;
-            }
-            match it.next() {
-                Some(b'n') => out.push(b'\n'),
-                Some(b'r') => out.push(b'\r'),
-                Some(b't') => out.push(b'\t'),
-                Some(&o) => out.push(o),
-                None => {}
-            }
-        }
-        out
     }
 
     proptest! {

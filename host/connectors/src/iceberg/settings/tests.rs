@@ -1,5 +1,6 @@
 use super::*;
 use crate::avro_arrow::UTC;
+use crate::retry::{DEFAULT_RETRY_FOR, MAX_RETRY_FOR};
 use arrow_schema::{DataType, Field, TimeUnit};
 
 fn schema() -> Schema {
