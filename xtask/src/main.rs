@@ -188,10 +188,25 @@ fn build(root: &Path) -> Result<()> {
     std::fs::create_dir_all(&dist)?;
     for p in PLUGINS {
         let file = format!("{}.wasm", p.replace('-', "_"));
-        std::fs::copy(built.join(&file), dist.join(&file)).with_context(|| format!("copying {file}"))?;
+        place(&built.join(&file), &dist.join(&file)).with_context(|| format!("copying {file}"))?;
     }
     build_python(root, &dist)?;
     eprintln!("components in {}", dist.display());
+    Ok(())
+}
+
+/// Puts a built component at `to`: unchanged when it is the same, else written beside it and
+/// renamed over it, so that a pipeline reading it meanwhile (the README's quick start runs
+/// `cargo xtask build` while other tests run) reads the old file or the new, never half.
+fn place(from: &Path, to: &Path) -> Result<()> {
+    let bytes = std::fs::read(from)?;
+    if std::fs::read(to).is_ok_and(|old| old == bytes) {
+        return Ok(());
+    }
+    let name = to.file_name().context("a file name")?.to_string_lossy();
+    let staged = to.with_file_name(format!(".{name}.tmp"));
+    std::fs::write(&staged, &bytes)?;
+    std::fs::rename(&staged, to)?;
     Ok(())
 }
 
@@ -286,7 +301,7 @@ fn build_python(root: &Path, dist: &Path) -> Result<()> {
                 .env("PYTHONPATH", root.join("guest-sdk-python").join("src")))?;
             std::fs::rename(&partial, &cached)?;
         }
-        std::fs::copy(&cached, dist.join(format!("{name}.wasm"))).with_context(|| format!("copying {name}.wasm"))?;
+        place(&cached, &dist.join(format!("{name}.wasm"))).with_context(|| format!("copying {name}.wasm"))?;
     }
     Ok(())
 }
