@@ -3,6 +3,8 @@
 //! `COPY ... FROM STDIN` text for the staging table. What cannot be staged (a tombstone whose
 //! key does not give the key columns, a row PostgreSQL text cannot hold) is rejected here.
 
+use std::io::Write;
+
 use weir_types::rows::Rows;
 
 /// A batch's operations: the COPY text, and for each staged operation the row it came from.
@@ -36,7 +38,8 @@ pub fn stage(rows: &Rows, keys: &[&str]) -> Staged {
             s.rejected.push((i, "holds a NUL byte, which PostgreSQL text cannot hold".into()));
             continue;
         }
-        s.copy.extend_from_slice(s.rows.len().to_string().as_bytes());
+        // Into the buffer, not through a String per row.
+        let _ = write!(s.copy, "{}", s.rows.len());
         s.copy.extend_from_slice(if tomb { b"\tt\t" } else { b"\tf\t" });
         escape(body, &mut s.copy);
         s.copy.push(b'\n');
